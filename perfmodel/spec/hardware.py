@@ -1,0 +1,332 @@
+"""Hardware profile: one GPU kind, its node, fabric, NICs, host, and calibratable efficiencies.
+
+A profile file (`hwprofiles/<id>.yaml`) writes every number as `{value: ..., source: "..."}` so that each
+constant names where it comes from; `load_hardware` checks that and flattens it into `HardwareProfile`, a plain
+frozen dataclass in SI units (bytes, bytes/s, seconds, FLOP/s) that the cost functions read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from perfmodel.errors import InputError
+from perfmodel.spec.loading import parse, read_mapping
+
+DTYPES = ("bf16", "fp8", "fp4")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Num(_Strict):
+    value: float
+    source: str = Field(min_length=3, description="URL, paper table or measurement file")
+
+    @field_validator("source")
+    @classmethod
+    def _source_named(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("every number needs its source (URL, paper table, or measurement file)")
+        return v
+
+
+class Text(_Strict):
+    value: str
+    source: str = Field(min_length=3)
+
+
+class Frac(Num):
+    @field_validator("value")
+    @classmethod
+    def _in_unit(cls, v: float) -> float:
+        if not 0.0 < v <= 1.0:
+            raise ValueError("an efficiency must be in (0, 1]")
+        return v
+
+
+class Positive(Num):
+    @field_validator("value")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("must be > 0")
+        return v
+
+
+class NonNegative(Num):
+    @field_validator("value")
+    @classmethod
+    def _non_negative(cls, v: float) -> float:
+        if v < 0:
+            raise ValueError("must be >= 0")
+        return v
+
+
+class PeakTflops(_Strict):
+    bf16: Positive
+    fp8: Positive | None = None
+    fp4: Positive | None = None
+
+
+class ScaleUpFile(_Strict):
+    topology: Text  # full_mesh | switch
+    domain_gpus: Positive
+    links_per_gpu: Positive
+    link_bandwidth_bytes_per_s: Positive  # one link, one direction
+    gpu_bandwidth_bytes_per_s: Positive  # all links of one GPU, one direction
+    latency_s: NonNegative
+
+    @field_validator("topology")
+    @classmethod
+    def _topology(cls, v: Text) -> Text:
+        if v.value not in ("full_mesh", "switch"):
+            raise ValueError("topology.value must be full_mesh or switch")
+        return v
+
+
+class ScaleOutFile(_Strict):
+    nic_bandwidth_bytes_per_s: Positive  # per GPU, one direction
+    latency_s: NonNegative
+
+
+class HostFile(_Strict):
+    memory_bytes: Positive  # per node
+    link_bandwidth_bytes_per_s: Positive  # per GPU, host <-> device, one direction
+
+
+class GemmCurveFile(_Strict):
+    max: Frac  # efficiency reached by large GEMMs
+    half_flops: Positive  # GEMM size (FLOPs) at which half of `max` is reached
+
+
+class PerFabric(_Strict):
+    scale_up: Num
+    scale_out: Num
+
+
+class EfficiencyFile(_Strict):
+    gemm: dict[Literal["bf16", "fp8", "fp4"], GemmCurveFile]
+    hbm: Frac
+    collective_bus: PerFabric
+    all_to_all_bus: PerFabric
+    collective_latency_s: PerFabric
+    optimizer_hbm: Frac
+    host_link: Frac
+
+    @field_validator("gemm")
+    @classmethod
+    def _bf16_required(cls, v: dict[str, GemmCurveFile]) -> dict[str, GemmCurveFile]:
+        if "bf16" not in v:
+            raise ValueError("gemm needs at least a bf16 curve")
+        return v
+
+
+class HardwareFile(_Strict):
+    id: str
+    name: str
+    vendor: Literal["amd", "nvidia", "cpu"]
+    peak_tflops: PeakTflops
+    hbm_bytes: Positive
+    hbm_bandwidth_bytes_per_s: Positive
+    gpus_per_node: Positive
+    scale_up: ScaleUpFile
+    scale_out: ScaleOutFile
+    host: HostFile
+    efficiency: EfficiencyFile
+    notes: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GemmCurve:
+    max_efficiency: float
+    half_flops: float
+
+    def efficiency(self, flops: float) -> float:
+        """Saturating efficiency: small GEMMs pay a fixed cost, large ones reach `max_efficiency`."""
+        return self.max_efficiency * flops / (flops + self.half_flops)
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareProfile:
+    id: str
+    name: str
+    vendor: str
+    peak_flops: dict[str, float]  # dtype -> dense FLOP/s
+    hbm_bytes: float
+    hbm_bandwidth_bytes_per_s: float
+    gpus_per_node: int
+    scale_up_topology: str
+    scale_up_domain_gpus: int
+    scale_up_links_per_gpu: int
+    scale_up_link_bytes_per_s: float
+    scale_up_gpu_bytes_per_s: float
+    scale_up_latency_s: float
+    nic_bytes_per_s: float
+    scale_out_latency_s: float
+    host_memory_bytes: float
+    host_link_bytes_per_s: float
+    gemm: dict[str, GemmCurve]
+    hbm_efficiency: float
+    collective_bus_efficiency_scale_up: float
+    collective_bus_efficiency_scale_out: float
+    all_to_all_efficiency_scale_up: float
+    all_to_all_efficiency_scale_out: float
+    collective_latency_scale_up_s: float
+    collective_latency_scale_out_s: float
+    optimizer_hbm_efficiency: float
+    host_link_efficiency: float
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s for a GEMM dtype; a dtype the GPU lacks runs at the next wider one."""
+        for d in (dtype, "fp8", "bf16") if dtype == "fp4" else (dtype, "bf16"):
+            if d in self.peak_flops:
+                return self.peak_flops[d]
+        return self.peak_flops["bf16"]
+
+    def gemm_curve(self, dtype: str) -> GemmCurve:
+        if dtype in self.gemm:
+            return self.gemm[dtype]
+        return self.gemm["fp8"] if dtype == "fp4" and "fp8" in self.gemm else self.gemm["bf16"]
+
+    # Names a calibration may overwrite. Values stay in the same units as the attributes.
+    CALIBRATABLE: tuple[str, ...] = (
+        "hbm_efficiency",
+        "collective_bus_efficiency_scale_up",
+        "collective_bus_efficiency_scale_out",
+        "all_to_all_efficiency_scale_up",
+        "all_to_all_efficiency_scale_out",
+        "collective_latency_scale_up_s",
+        "collective_latency_scale_out_s",
+        "optimizer_hbm_efficiency",
+        "host_link_efficiency",
+    )
+
+    def calibration_params(self) -> dict[str, float]:
+        params = {name: float(getattr(self, name)) for name in self.CALIBRATABLE}
+        for dtype, curve in self.gemm.items():
+            params[f"gemm_max_efficiency_{dtype}"] = curve.max_efficiency
+            params[f"gemm_half_flops_{dtype}"] = curve.half_flops
+        return params
+
+    def with_params(self, params: dict[str, float], source: str = "calibration") -> HardwareProfile:
+        """A copy with named efficiency parameters overwritten (a calibration overlay)."""
+        changes: dict[str, Any] = {}
+        gemm = dict(self.gemm)
+        sources = dict(self.sources)
+        for name, value in params.items():
+            if name.startswith("gemm_max_efficiency_") or name.startswith("gemm_half_flops_"):
+                dtype = name.rsplit("_", 1)[1]
+                if dtype not in gemm:
+                    raise InputError(source, name, f"{self.id} has no {dtype} GEMM curve")
+                cur = gemm[dtype]
+                if name.startswith("gemm_max"):
+                    gemm[dtype] = GemmCurve(float(value), cur.half_flops)
+                else:
+                    gemm[dtype] = GemmCurve(cur.max_efficiency, float(value))
+            elif name in self.CALIBRATABLE:
+                changes[name] = float(value)
+            else:
+                valid = ", ".join(sorted(self.calibration_params()))
+                raise InputError(source, name, f"not a calibratable parameter; valid: {valid}")
+            sources[name] = source
+        return dataclasses.replace(self, gemm=gemm, sources=sources, **changes)
+
+
+def hwprofile_dirs() -> list[Path]:
+    """The repo's `hwprofiles/` (editable install) or the copy packaged inside the wheel."""
+    here = Path(__file__).resolve().parent.parent
+    return [p for p in (here.parent / "hwprofiles", here / "_data" / "hwprofiles") if p.is_dir()]
+
+
+def known_hardware_ids() -> list[str]:
+    ids: set[str] = set()
+    for d in hwprofile_dirs():
+        ids.update(p.stem for p in d.glob("*.yaml"))
+    return sorted(ids)
+
+
+def _collect_sources(node: Any, prefix: str, out: dict[str, str]) -> None:
+    if isinstance(node, (Num, Text)):
+        out[prefix] = node.source
+    elif isinstance(node, BaseModel):
+        for name in type(node).model_fields:
+            _collect_sources(getattr(node, name), f"{prefix}.{name}" if prefix else name, out)
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            _collect_sources(v, f"{prefix}.{k}", out)
+
+
+def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
+    e = f.efficiency
+    peaks = {"bf16": f.peak_tflops.bf16.value * 1e12}
+    for dtype in ("fp8", "fp4"):
+        v = getattr(f.peak_tflops, dtype)
+        if v is not None:
+            peaks[dtype] = v.value * 1e12
+    sources: dict[str, str] = {}
+    _collect_sources(f, "", sources)
+    return HardwareProfile(
+        id=f.id,
+        name=f.name,
+        vendor=f.vendor,
+        peak_flops=peaks,
+        hbm_bytes=f.hbm_bytes.value,
+        hbm_bandwidth_bytes_per_s=f.hbm_bandwidth_bytes_per_s.value,
+        gpus_per_node=int(f.gpus_per_node.value),
+        scale_up_topology=f.scale_up.topology.value,
+        scale_up_domain_gpus=int(f.scale_up.domain_gpus.value),
+        scale_up_links_per_gpu=int(f.scale_up.links_per_gpu.value),
+        scale_up_link_bytes_per_s=f.scale_up.link_bandwidth_bytes_per_s.value,
+        scale_up_gpu_bytes_per_s=f.scale_up.gpu_bandwidth_bytes_per_s.value,
+        scale_up_latency_s=f.scale_up.latency_s.value,
+        nic_bytes_per_s=f.scale_out.nic_bandwidth_bytes_per_s.value,
+        scale_out_latency_s=f.scale_out.latency_s.value,
+        host_memory_bytes=f.host.memory_bytes.value,
+        host_link_bytes_per_s=f.host.link_bandwidth_bytes_per_s.value,
+        gemm={k: GemmCurve(v.max.value, v.half_flops.value) for k, v in e.gemm.items()},
+        hbm_efficiency=e.hbm.value,
+        collective_bus_efficiency_scale_up=e.collective_bus.scale_up.value,
+        collective_bus_efficiency_scale_out=e.collective_bus.scale_out.value,
+        all_to_all_efficiency_scale_up=e.all_to_all_bus.scale_up.value,
+        all_to_all_efficiency_scale_out=e.all_to_all_bus.scale_out.value,
+        collective_latency_scale_up_s=e.collective_latency_s.scale_up.value,
+        collective_latency_scale_out_s=e.collective_latency_s.scale_out.value,
+        optimizer_hbm_efficiency=e.optimizer_hbm.value,
+        host_link_efficiency=e.host_link.value,
+        sources=sources,
+    )
+
+
+def load_hardware_file(path: str | Path) -> HardwareProfile:
+    f = parse(HardwareFile, read_mapping(path), str(path))
+    return hardware_from_file_model(f)
+
+
+@lru_cache(maxsize=64)
+def _load_by_id(hw_id: str) -> HardwareProfile:
+    for d in hwprofile_dirs():
+        p = d / f"{hw_id}.yaml"
+        if p.exists():
+            hw = load_hardware_file(p)
+            if hw.id != hw_id:
+                raise InputError(str(p), "id", f"must equal the file name stem {hw_id!r}")
+            return hw
+    raise KeyError(hw_id)
+
+
+def load_hardware(ref: str, source: str = "", field: str = "hardware") -> HardwareProfile:
+    """A hardware profile by id (`mi355x`) or by path to a YAML file."""
+    if ref.endswith((".yaml", ".yml")) or "/" in ref:
+        return load_hardware_file(ref)
+    try:
+        return _load_by_id(ref)
+    except KeyError:
+        raise InputError(source, field, f"unknown hardware id {ref!r}; valid: {', '.join(known_hardware_ids())}") from None

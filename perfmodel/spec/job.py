@@ -1,0 +1,133 @@
+"""The job: what is trained (pretrain or RL) and how it is laid out on the GPUs.
+
+The field names follow the validation case format (docs/validation-cases.md) so that a case, a plan and a
+sweep candidate are the same object. `ParallelLayout` holds the parallel degrees; `TrainSpec` the training
+step (batch, schedule, recompute, optimizer sharding); `RLSpec` the rollout side of an RL step.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Precision = Literal["bf16", "fp8"]
+Schedule = Literal["1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev"]
+Recompute = Literal["none", "selective", "full"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ParallelLayout(_Strict):
+    """Training parallel degrees. dp may be omitted: it is derived from the GPU count."""
+
+    tp: int = Field(1, ge=1, description="tensor parallel")
+    pp: int = Field(1, ge=1, description="pipeline parallel")
+    cp: int = Field(1, ge=1, description="context parallel")
+    ep: int = Field(1, ge=1, description="expert parallel")
+    etp: int = Field(1, ge=1, description="expert tensor parallel")
+    vpp: int = Field(1, ge=1, description="virtual pipeline stages per rank (interleaved 1F1B)")
+    dp: int | None = Field(None, ge=1, description="data parallel (derived when omitted)")
+
+    def model_parallel_size(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    def short(self) -> str:
+        parts = [f"TP{self.tp}", f"PP{self.pp}"]
+        if self.vpp > 1:
+            parts.append(f"VPP{self.vpp}")
+        if self.cp > 1:
+            parts.append(f"CP{self.cp}")
+        if self.ep > 1:
+            parts.append(f"EP{self.ep}")
+        if self.etp > 1:
+            parts.append(f"ETP{self.etp}")
+        parts.append(f"DP{self.dp if self.dp is not None else '?'}")
+        return "/".join(parts)
+
+
+class TrainSpec(_Strict):
+    precision: Precision = "bf16"
+    seq_len: int = Field(..., ge=1, description="tokens per sequence (rl: the padded cap)")
+    global_batch: int = Field(..., ge=1, description="sequences per optimizer step")
+    micro_batch: int = Field(1, ge=1)
+    layout: ParallelLayout = ParallelLayout()
+    schedule: Schedule | None = Field(None, description="default: 1f1b, interleaved when vpp > 1")
+    pipeline_layers: tuple[int, ...] | None = Field(None, description="decoder layers per (virtual) pipeline stage")
+    recompute: Recompute = "none"
+    sequence_parallel: bool = False
+    distributed_optimizer: bool = True
+    fsdp: bool = False
+    optimizer_offload_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    max_tokens_per_gpu: int | None = Field(None, ge=1, description="dynamic micro-batching by token budget")
+
+    def resolved_schedule(self) -> Schedule:
+        if self.schedule is not None:
+            return self.schedule
+        return "interleaved" if self.layout.vpp > 1 else "1f1b"
+
+
+class ResponseTokens(_Strict):
+    max: int = Field(..., ge=1)
+    mean: float | None = Field(None, gt=0)
+    truncated_fraction: float | None = Field(None, ge=0.0, le=1.0)
+    histogram: tuple[tuple[int, float], ...] | None = Field(
+        None, description="empirical distribution: (response tokens, weight) pairs; overrides mean/truncated_fraction"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ResponseTokens:
+        if self.mean is not None and self.mean > self.max:
+            raise ValueError(f"mean ({self.mean}) cannot exceed max ({self.max})")
+        if self.histogram is not None:
+            if not self.histogram:
+                raise ValueError("histogram needs at least one (tokens, weight) pair")
+            for tokens, weight in self.histogram:
+                if not 1 <= tokens <= self.max or weight < 0:
+                    raise ValueError(f"histogram entries need 1 <= tokens <= max and weight >= 0, got ({tokens}, {weight})")
+        return self
+
+
+class RolloutSpec(_Strict):
+    precision: Precision = "fp8"
+    kv_cache_dtype: Literal["bf16", "fp8"] | None = None
+    engine_gpus: int = Field(..., ge=1, description="GPUs per SGLang engine")
+    tp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    dp: int = Field(1, ge=1)
+    dp_attention: bool = False
+    max_running_requests: int | None = Field(None, ge=1)
+    mem_fraction_static: float = Field(0.7, gt=0.0, lt=1.0, description="SGLang --mem-fraction-static")
+    max_total_tokens: int | None = Field(None, ge=1, description="SGLang --max-total-tokens (KV pool cap)")
+
+
+class LogProbsSpec(_Strict):
+    ref_model: bool = False
+
+
+class WeightUpdateSpec(_Strict):
+    mode: Literal["broadcast", "ipc", "disk"] = "broadcast"
+    bucket_mb: float = Field(256, gt=0)
+
+
+class RLSpec(_Strict):
+    algorithm: Literal["grpo", "ppo"] = "grpo"
+    placement: Literal["colocated", "disaggregated"]
+    actor_gpus: int = Field(..., ge=1)
+    rollout_gpus: int = Field(..., ge=1)
+    async_: bool = Field(False, alias="async")
+    prompts_per_step: int = Field(..., ge=1)
+    samples_per_prompt: int = Field(..., ge=1)
+    prompt_tokens_mean: float = Field(..., gt=0)
+    response_tokens: ResponseTokens
+    rollout: RolloutSpec
+    log_probs: LogProbsSpec = LogProbsSpec()
+    weight_update: WeightUpdateSpec = WeightUpdateSpec()
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @property
+    def responses_per_step(self) -> int:
+        return self.prompts_per_step * self.samples_per_prompt

@@ -1,0 +1,52 @@
+"""A run: hardware + model + job. The common part of a validation case, a plan file and a sweep candidate."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from perfmodel.spec.job import RLSpec, TrainSpec
+
+
+class ModelRef(BaseModel):
+    """Exactly one of: a catalogue id, or an inline Hugging Face config.json."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str | None = None
+    hf_config: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelRef:
+        if (self.id is None) == (self.hf_config is None):
+            raise ValueError("give exactly one of model.id (a catalogue id) or model.hf_config (an inline config.json)")
+        return self
+
+    def label(self) -> str:
+        if self.id:
+            return self.id
+        cfg = self.hf_config or {}
+        return str(cfg.get("_name_or_path") or (cfg.get("architectures") or ["inline"])[0])
+
+
+class RunSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    kind: Literal["pretrain", "rl"]
+    hardware: str = Field(..., min_length=1, description="hardware profile id (hwprofiles/<id>.yaml) or path")
+    gpus: int = Field(..., ge=1, description="all GPUs of the run (rl: actor + rollout, counted once when colocated)")
+    model: ModelRef
+    train: TrainSpec
+    rl: RLSpec | None = None
+
+    @model_validator(mode="after")
+    def _rl_matches_kind(self) -> RunSpec:
+        if self.kind == "rl" and self.rl is None:
+            raise ValueError("kind: rl needs an rl: section")
+        if self.kind == "pretrain" and self.rl is not None:
+            raise ValueError("an rl: section needs kind: rl")
+        return self
+
+    @property
+    def train_gpus(self) -> int:
+        return self.rl.actor_gpus if self.rl is not None else self.gpus

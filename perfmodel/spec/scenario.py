@@ -1,0 +1,209 @@
+"""Resolve a run against its model and hardware: check every layout rule, derive dp, the pipeline split and
+the micro-batch count. A `Scenario` is what the simulators consume; building one is the last place input is
+checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfmodel.errors import InputError
+from perfmodel.spec.hardware import HardwareProfile, load_hardware
+from perfmodel.spec.model import ModelSpec, load_model, model_from_hf_config
+from perfmodel.spec.run import RunSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    hardware: HardwareProfile
+    model: ModelSpec
+    run: RunSpec
+    dp: int
+    expert_dp: int  # data-parallel replicas of each expert shard
+    stage_layers: tuple[int, ...]  # decoder layers per virtual stage, in model order (len pp * vpp)
+    split_note: str  # how the pipeline split was chosen, for people
+    num_microbatches: int  # per DP rank and step (fixed micro-batching; see train.max_tokens_per_gpu)
+    schedule: str
+
+    @property
+    def train(self):  # noqa: ANN201 - shorthand
+        return self.run.train
+
+    @property
+    def layout(self):  # noqa: ANN201
+        return self.run.train.layout
+
+
+def balanced_split(num_layers: int, stages: int) -> tuple[int, ...]:
+    """Most balanced split of decoder layers over virtual stages, counting the embedding (first stage) and the
+    loss (last stage) as one layer each, as Megatron's account_for_{embedding,loss}_in_pipeline_split do.
+    Surplus capacity is taken from the last stages first (DSV4 43 layers / PP4 -> 11, 11, 11, 10)."""
+    extra = [0] * stages
+    extra[0] += 1
+    extra[-1] += 1
+    cost_cap = -(-(num_layers + 2) // stages)
+    while sum(max(0, cost_cap - e) for e in extra) < num_layers:
+        cost_cap += 1
+    counts = [max(0, cost_cap - e) for e in extra]
+    surplus = sum(counts) - num_layers
+    while surplus > 0:
+        top = max(c + e for c, e in zip(counts, extra))
+        for i in range(stages - 1, -1, -1):
+            if surplus and counts[i] + extra[i] == top and counts[i] > 1:
+                counts[i] -= 1
+                surplus -= 1
+        if all(c <= 1 for c in counts):
+            break
+    if surplus > 0 or min(counts) < 1:
+        raise ValueError("cannot split")
+    return tuple(counts)
+
+
+def _fail(source: str, field: str, message: str) -> InputError:
+    return InputError(source, field, message)
+
+
+def resolve_model(run: RunSpec, source: str) -> ModelSpec:
+    if run.model.id is not None:
+        return load_model(run.model.id, source=source, field="model.id")
+    return model_from_hf_config(run.model.hf_config or {}, model_id=run.model.label(), source=source)
+
+
+def build_scenario(
+    run: RunSpec,
+    source: str = "",
+    hardware: HardwareProfile | None = None,
+    model: ModelSpec | None = None,
+) -> Scenario:
+    hw = hardware or load_hardware(run.hardware, source=source)
+    m = model or resolve_model(run, source)
+    t = run.train
+    lay = t.layout
+    f = "train.layout"
+
+    # GPU accounting
+    if run.rl is not None:
+        rl = run.rl
+        if rl.placement == "colocated":
+            if rl.actor_gpus != run.gpus or rl.rollout_gpus != run.gpus:
+                raise _fail(source, "rl.actor_gpus", f"colocated: actor_gpus ({rl.actor_gpus}) and rollout_gpus "
+                            f"({rl.rollout_gpus}) must both equal gpus ({run.gpus})")
+            if rl.async_:
+                raise _fail(source, "rl.async", "async needs placement: disaggregated (colocated GPUs time-share)")
+            if rl.weight_update.mode == "broadcast":
+                pass  # allowed: Miles can broadcast even when colocated
+        else:
+            if rl.actor_gpus + rl.rollout_gpus != run.gpus:
+                raise _fail(source, "rl.rollout_gpus", f"disaggregated: actor_gpus + rollout_gpus "
+                            f"({rl.actor_gpus} + {rl.rollout_gpus}) must equal gpus ({run.gpus})")
+            if rl.weight_update.mode == "ipc":
+                raise _fail(source, "rl.weight_update.mode", "ipc needs colocated placement; use broadcast or disk")
+        ro = rl.rollout
+        if rl.rollout_gpus % ro.engine_gpus:
+            raise _fail(source, "rl.rollout.engine_gpus", f"rollout_gpus ({rl.rollout_gpus}) must be a multiple of "
+                        f"engine_gpus ({ro.engine_gpus})")
+        expected_engine = ro.tp * (1 if ro.dp_attention else ro.dp)
+        if ro.engine_gpus != expected_engine:
+            how = "tp" if ro.dp_attention else "tp x dp"
+            raise _fail(source, "rl.rollout.engine_gpus", f"engine_gpus ({ro.engine_gpus}) must equal {how} "
+                        f"({expected_engine}) of the SGLang engine")
+        if ro.dp_attention and ro.tp % ro.dp:
+            raise _fail(source, "rl.rollout.dp", f"with dp_attention, dp ({ro.dp}) must divide tp ({ro.tp})")
+        if ro.ep > ro.engine_gpus or ro.engine_gpus % ro.ep:
+            raise _fail(source, "rl.rollout.ep", f"ep ({ro.ep}) must divide engine_gpus ({ro.engine_gpus})")
+        first = m.layers[0]
+        if first.ffn.kind == "moe" or any(layer.ffn.kind == "moe" for layer in m.layers):
+            n_exp = next(layer.ffn.num_experts for layer in m.layers if layer.ffn.kind == "moe")
+            if n_exp % ro.ep:
+                raise _fail(source, "rl.rollout.ep", f"{n_exp} experts are not divisible by rollout ep {ro.ep}")
+        heads = first.attention.num_heads
+        attn_tp = ro.tp // ro.dp if ro.dp_attention else ro.tp
+        if heads % attn_tp:
+            raise _fail(source, "rl.rollout.tp", f"{heads} attention heads are not divisible by the rollout "
+                        f"attention TP {attn_tp}")
+
+    gpus = run.train_gpus
+    mp = lay.tp * lay.pp * lay.cp
+    if gpus % mp:
+        raise _fail(source, f"{f}", f"tp x pp x cp = {mp} does not divide the {gpus} training GPUs")
+    dp = gpus // mp
+    if lay.dp is not None and lay.dp != dp:
+        raise _fail(source, f"{f}.dp", f"world size {gpus} != tp x pp x cp x dp = {mp} x {lay.dp} = {mp * lay.dp}; "
+                    f"dp must be {dp} (or omit it)")
+
+    attn = m.layers[0].attention
+    if attn.num_heads % lay.tp:
+        raise _fail(source, f"{f}.tp", f"{attn.num_heads} attention heads are not divisible by tp {lay.tp}")
+    # A latent KV (MLA, DSV4's single KV head) is replicated across TP ranks: no divisibility rule.
+    if attn.kind == "gqa" and attn.num_kv_heads % lay.tp and lay.tp % attn.num_kv_heads:
+        raise _fail(source, f"{f}.tp", f"{attn.num_kv_heads} KV heads and tp {lay.tp}: one must divide the other")
+
+    moe = [layer.ffn for layer in m.layers if layer.ffn.kind == "moe"]
+    if moe:
+        n_exp = moe[0].num_experts
+        if n_exp % lay.ep:
+            raise _fail(source, f"{f}.ep", f"{n_exp} experts are not divisible by ep {lay.ep}")
+        if (lay.tp * lay.cp * dp) % (lay.ep * lay.etp):
+            raise _fail(source, f"{f}.ep", f"ep x etp = {lay.ep * lay.etp} must divide tp x cp x dp = "
+                        f"{lay.tp * lay.cp * dp} (the ranks of one pipeline stage)")
+        expert_dp = lay.tp * lay.cp * dp // (lay.ep * lay.etp)
+        if moe[0].expert_intermediate_size % lay.etp:
+            raise _fail(source, f"{f}.etp", f"expert FFN size {moe[0].expert_intermediate_size} is not divisible by "
+                        f"etp {lay.etp}")
+    else:
+        if lay.ep > 1 or lay.etp > 1:
+            raise _fail(source, f"{f}.ep", f"{m.id or m.family} has no MoE layers; ep and etp must be 1")
+        expert_dp = dp
+
+    if t.seq_len % (2 * lay.cp if lay.cp > 1 else 1):
+        raise _fail(source, "train.seq_len", f"seq_len {t.seq_len} must be divisible by 2 x cp = {2 * lay.cp} "
+                    "(load-balanced context parallel)")
+    if t.sequence_parallel and lay.tp == 1:
+        pass  # harmless no-op in Megatron; keep it
+
+    # Pipeline split
+    stages = lay.pp * lay.vpp
+    if t.pipeline_layers is not None:
+        pl = tuple(t.pipeline_layers)
+        if len(pl) != stages:
+            raise _fail(source, "train.pipeline_layers", f"needs {stages} entries (pp x vpp), got {len(pl)}")
+        if sum(pl) != m.num_layers:
+            raise _fail(source, "train.pipeline_layers", f"entries sum to {sum(pl)}, the model has {m.num_layers} layers")
+        if min(pl) < 1:
+            raise _fail(source, "train.pipeline_layers", "every (virtual) stage needs at least one layer")
+        split, note = pl, "given by train.pipeline_layers"
+    else:
+        if m.num_layers < stages:
+            raise _fail(source, f"{f}.pp", f"{m.num_layers} layers cannot be split over pp x vpp = {stages} stages")
+        try:
+            split = balanced_split(m.num_layers, stages)
+        except ValueError:
+            raise _fail(source, f"{f}.pp", f"{m.num_layers} layers cannot leave every one of pp x vpp = {stages} "
+                        "virtual stages a layer once the embedding and loss are counted") from None
+        note = "most balanced (embedding and loss counted as a layer each): " + ",".join(map(str, split))
+
+    schedule = t.resolved_schedule()
+    if schedule == "interleaved" and lay.vpp == 1:
+        raise _fail(source, "train.schedule", "interleaved needs vpp > 1")
+    if schedule != "interleaved" and lay.vpp > 1:
+        raise _fail(source, "train.schedule", f"{schedule} runs one chunk per rank; vpp must be 1 (or use interleaved)")
+    if schedule in ("dualpipe",) and lay.pp % 2:
+        raise _fail(source, "train.schedule", f"dualpipe needs an even pp, got {lay.pp}; use dualpipev")
+
+    # Micro-batches
+    if t.max_tokens_per_gpu is None:
+        per_rank = t.micro_batch * dp
+        if t.global_batch % per_rank:
+            raise _fail(source, "train.global_batch", f"global_batch {t.global_batch} is not divisible by "
+                        f"micro_batch x dp = {t.micro_batch} x {dp}")
+        m_count = t.global_batch // per_rank
+    else:
+        if t.global_batch % dp:
+            raise _fail(source, "train.global_batch", f"global_batch {t.global_batch} is not divisible by dp {dp}")
+        if t.max_tokens_per_gpu * lay.cp < t.seq_len and run.kind == "pretrain":
+            raise _fail(source, "train.max_tokens_per_gpu", f"{t.max_tokens_per_gpu} x cp is below seq_len {t.seq_len}")
+        m_count = max(1, t.global_batch // dp)  # upper bound; the simulator packs by tokens
+    if schedule in ("dualpipe", "dualpipev") and m_count % 2:
+        raise _fail(source, "train.global_batch", f"{schedule} needs an even number of micro-batches, got {m_count}")
+
+    return Scenario(hw, m, run, dp, expert_dp, split, note, m_count, schedule)

@@ -1,0 +1,89 @@
+"""`perfmodel validate`: score the model against published measured runs (docs/validation-cases.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perfmodel.errors import InputError
+from perfmodel.predict import NotPredicted, predict_metrics
+from perfmodel.spec.case import ValidationCase, case_paths, load_case
+from perfmodel.spec.scenario import build_scenario
+
+
+@dataclass(slots=True)
+class CaseResult:
+    id: str
+    kind: str
+    path: str
+    rows: list[dict] = field(default_factory=list)  # {id, metric, measured, predicted, rel_error}
+    failed_reason: str | None = None
+    split_note: str = ""
+
+
+def score_case(case: ValidationCase, path: str) -> CaseResult:
+    res = CaseResult(case.id, case.kind, path)
+    try:
+        scenario = build_scenario(case, source=path)
+        res.split_note = scenario.split_note
+        predicted = predict_metrics(scenario)
+    except (InputError, NotPredicted) as err:
+        res.failed_reason = str(err)
+        for metric, measured in case.measured.items():
+            res.rows.append({"id": case.id, "metric": metric, "measured": measured, "predicted": None,
+                             "rel_error": None})
+        return res
+    for metric, measured in case.measured.items():
+        pred = predicted.get(metric)
+        rel = None if pred is None else (pred - measured) / measured
+        res.rows.append({"id": case.id, "metric": metric, "measured": measured, "predicted": pred, "rel_error": rel})
+    return res
+
+
+def _stats(rows: list[dict]) -> dict:
+    errs = [abs(r["rel_error"]) for r in rows if r["rel_error"] is not None]
+    return {
+        "n": len(errs),
+        "mean_abs_rel_error": (sum(errs) / len(errs)) if errs else None,
+        "max_abs_rel_error": max(errs) if errs else None,
+    }
+
+
+def run_validation(paths: list[str]) -> dict:
+    """Load every case (a malformed one raises InputError: nothing half-scored), predict and score."""
+    files = case_paths(paths)
+    if not files:
+        raise InputError(", ".join(paths), "", "no *.yaml validation cases found")
+    cases = [(load_case(p), str(p)) for p in files]
+    seen: dict[str, str] = {}
+    for case, p in cases:
+        if case.id in seen:
+            raise InputError(p, "id", f"duplicate case id {case.id!r} (also in {seen[case.id]})")
+        seen[case.id] = p
+    results = [score_case(c, p) for c, p in cases]
+    rows = [r for res in results for r in res.rows]
+    summary = _stats(rows)
+    summary["cases"] = len(results)
+    summary["failed_cases"] = sum(1 for r in results if r.failed_reason)
+    by_kind = {}
+    for kind in sorted({r.kind for r in results}):
+        kind_rows = [row for res in results if res.kind == kind for row in res.rows]
+        by_kind[kind] = _stats(kind_rows) | {
+            "failed_cases": sum(1 for r in results if r.kind == kind and r.failed_reason)}
+    summary["by_kind"] = by_kind
+    return {
+        "cases": rows,
+        "failed": [{"id": r.id, "path": r.path, "reason": r.failed_reason} for r in results if r.failed_reason],
+        "summary": summary,
+        "_results": results,
+    }
+
+
+def validation_json(report: dict) -> dict:
+    return {k: v for k, v in report.items() if not k.startswith("_")}
+
+
+def default_cases_dir() -> Path | None:
+    """The public cases shipped with the repo (studies/validation), if present."""
+    p = Path(__file__).resolve().parent.parent / "studies" / "validation" / "cases"
+    return p if p.is_dir() else None

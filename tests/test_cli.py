@@ -1,0 +1,106 @@
+"""CLI conventions: accurate help, one-line errors with exit 2, no traceback unless --debug."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from perfmodel.cli import main
+from tests.conftest import CASES_DIR, write_yaml
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str, str]:
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_help_lists_commands(capsys):
+    with pytest.raises(SystemExit) as ex:
+        main(["--help"])
+    assert ex.value.code == 0
+    out = capsys.readouterr().out
+    for cmd in ("validate", "models", "hardware", "check"):
+        assert cmd in out
+
+
+def test_validate_bundled_cases_lists_every_case(capsys):
+    rc, out, _ = _run(["validate", str(CASES_DIR), "--json"], capsys)
+    assert rc == 0
+    report = json.loads(out)
+    ids = {r["id"] for r in report["cases"]}
+    assert len(ids) == len(list(CASES_DIR.glob("*.yaml")))
+    assert report["summary"]["cases"] == len(ids)
+    for row in report["cases"]:
+        assert set(row) == {"id", "metric", "measured", "predicted", "rel_error"}
+    # every case is either scored or listed with a reason: never skipped silently
+    failed = {f["id"] for f in report["failed"]}
+    scored = {r["id"] for r in report["cases"] if r["predicted"] is not None}
+    assert failed | scored == ids
+    assert all(f["reason"] for f in report["failed"])
+
+
+def test_malformed_case_one_line_exit_2(tmp_path, capsys):
+    p = tmp_path / "bad.yaml"
+    p.write_text("id: x\nkind: [\n")
+    rc, out, err = _run(["validate", str(p)], capsys)
+    assert rc == 2
+    assert err.count("\n") == 1 and str(p) in err and "malformed YAML" in err
+    assert "Traceback" not in err
+
+
+def test_unknown_key_in_case_exit_2(tmp_path, case_dict, capsys):
+    case_dict["train"]["layot"] = {}
+    p = write_yaml(tmp_path / "c.yaml", case_dict)
+    rc, _, err = _run(["validate", str(p)], capsys)
+    assert rc == 2 and "train.layot" in err and "unknown key" in err
+
+
+def test_unknown_hardware_id_exit_2(capsys):
+    rc, _, err = _run(["hardware", "mi999x"], capsys)
+    assert rc == 2
+    assert err.count("\n") == 1 and "unknown hardware id 'mi999x'" in err and "mi355x" in err
+
+
+def test_unknown_hardware_in_case_is_listed_as_failed(tmp_path, case_dict, capsys):
+    case_dict["hardware"] = "tpu-v9"
+    p = write_yaml(tmp_path / "c.yaml", case_dict)
+    rc, out, _ = _run(["validate", str(p), "--json"], capsys)
+    assert rc == 0
+    report = json.loads(out)
+    assert report["summary"]["failed_cases"] == 1
+    assert "unknown hardware id" in report["failed"][0]["reason"]
+
+
+def test_impossible_layout_exit_2(tmp_path, case_dict, capsys):
+    case_dict["train"]["layout"]["tp"] = 3
+    p = write_yaml(tmp_path / "c.yaml", case_dict)
+    rc, _, err = _run(["check", str(p)], capsys)
+    assert rc == 2
+    assert err.count("\n") == 1 and "train.layout" in err and str(p) in err
+
+
+def test_check_prints_resolved_layout(capsys):
+    rc, out, _ = _run(["check", str(CASES_DIR / "miles-gb300-dsv4flash-bf16train.yaml")], capsys)
+    assert rc == 0
+    assert "TP2/PP8/CP2/EP4/DP1" in out and "pipeline split" in out
+
+
+def test_debug_shows_traceback(tmp_path):
+    p = tmp_path / "missing.yaml"
+    proc = subprocess.run([sys.executable, "-m", "perfmodel.cli", "--debug", "validate", str(p)],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_models_summary(capsys):
+    rc, out, _ = _run(["models", "deepseek-v4-flash"], capsys)
+    assert rc == 0 and "DeepseekV4ForCausalLM" in out
+
+
+def test_unknown_model_id_exit_2(capsys):
+    rc, _, err = _run(["models", "gpt-5"], capsys)
+    assert rc == 2 and "gpt-5" in err and "llama3-8b" in err
