@@ -1,0 +1,237 @@
+"""The pipeline engine: one simpy process per pipeline rank runs its schedule's ops, waiting on the data
+dependencies (activations from the previous virtual stage, gradients from the next) that p2p transfers deliver.
+
+It knows nothing of models or hardware: op durations come from a callable, so the same engine runs the cost
+model's stages and the synthetic stages of the bubble-formula tests.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import simpy
+
+from perfmodel.sim.schedules import Op, Schedule
+
+
+@dataclass(frozen=True, slots=True)
+class OpTimes:
+    """Durations of one micro-batch's ops on one virtual stage. Comm maps are the exposed (not overlapped) parts
+    already included in the durations, for accounting."""
+
+    f_s: float
+    b_s: float  # backward for inputs, or the full backward when the schedule does not split it
+    w_s: float = 0.0  # backward for weights (split schedules only)
+    recompute_s: float = 0.0  # part of b_s spent replaying the forward
+    f_comm_s: dict[str, float] = field(default_factory=dict)
+    b_comm_s: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class TraceEvent:
+    rank: int
+    name: str
+    start_s: float
+    dur_s: float
+    track: str  # "compute" or "comm"
+    args: dict[str, float | int | str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RankStats:
+    end_s: float = 0.0
+    busy_s: dict[str, float] = field(default_factory=dict)  # forward, backward, weight_grad, recompute, comm:*
+
+    def add(self, key: str, dt: float) -> None:
+        if dt:
+            self.busy_s[key] = self.busy_s.get(key, 0.0) + dt
+
+    @property
+    def total_busy_s(self) -> float:
+        return sum(self.busy_s.values())
+
+
+@dataclass(slots=True)
+class PipelineResult:
+    makespan_s: float
+    ranks: list[RankStats]
+    trace: list[TraceEvent]
+    events: int  # simpy events processed, to show how cost grows
+
+    def bubble_s(self, rank: int) -> float:
+        return self.makespan_s - self.ranks[rank].total_busy_s
+
+
+def run_pipeline(
+    schedule: Schedule,
+    op_times: Callable[[int, int], OpTimes],
+    p2p_s: Callable[[int], float],
+    record_trace: bool = False,
+) -> PipelineResult:
+    """Simulate one step of the pipeline. op_times(virtual_stage, mb); p2p_s(virtual_stage) is the transfer
+    time between virtual stage vs and vs+1 (and back for gradients) when they sit on different ranks."""
+    env = simpy.Environment()
+    pp, m, n_vs = schedule.pp, schedule.m, schedule.virtual_stages
+    owner = [0] * n_vs
+    chunk_of = [0] * n_vs
+    for r in range(pp):
+        for c in range(schedule.chunks):
+            vs = schedule.virtual_stage(r, c)
+            owner[vs], chunk_of[vs] = r, c
+    # f_in[vs][mb]: the activations for F(vs, mb) have arrived; g_in[vs][mb]: the gradient for B(vs, mb) has.
+    f_in = [[env.event() for _ in range(m)] for _ in range(n_vs)]
+    g_in = [[env.event() for _ in range(m)] for _ in range(n_vs)]
+    for mb in range(m):
+        f_in[0][mb].succeed()
+    times_cache: dict[tuple[int, int], OpTimes] = {}
+    stats = [RankStats() for _ in range(pp)]
+    trace: list[TraceEvent] = []
+    counter = [0]
+
+    def times(vs: int, mb: int) -> OpTimes:
+        key = (vs, mb)
+        t = times_cache.get(key)
+        if t is None:
+            t = times_cache[key] = op_times(vs, mb)
+        return t
+
+    def deliver(ev: simpy.Event, delay: float) -> None:
+        if delay <= 0:
+            ev.succeed()
+        else:
+            env.timeout(delay).callbacks.append(lambda _e, ev=ev: ev.succeed())
+
+    def dependency(rank: int, op: Op) -> simpy.Event | None:
+        vs = schedule.virtual_stage(rank, op.chunk)
+        if op.kind == "F":
+            return f_in[vs][op.mb]
+        if op.kind in ("B", "BW"):
+            return g_in[vs][op.mb]
+        return None  # W: its B ran earlier on this rank
+
+    def execute(rank: int, op: Op):  # noqa: ANN202 - simpy generator
+        vs = schedule.virtual_stage(rank, op.chunk)
+        t = times(vs, op.mb)
+        st = stats[rank]
+        start = env.now
+        counter[0] += 1
+        if op.kind == "F":
+            dur = t.f_s
+            comm = t.f_comm_s
+            st.add("forward", dur - sum(comm.values()))
+        elif op.kind == "W":
+            dur, comm = t.w_s, {}
+            st.add("weight_grad", dur)
+        else:
+            dur = t.b_s + (t.w_s if op.kind == "BW" else 0.0)
+            comm = t.b_comm_s
+            st.add("recompute", t.recompute_s)
+            compute = dur - t.recompute_s - sum(comm.values())
+            if op.kind == "BW":
+                st.add("backward", compute)
+            else:
+                st.add("backward", compute)
+        for kind, c in comm.items():
+            st.add(f"comm:{kind}", c)
+        yield env.timeout(dur)
+        if record_trace:
+            label = f"{op.kind}{op.mb}" + (f".{op.chunk}" if schedule.chunks > 1 else "")
+            comm_total = sum(comm.values())
+            trace.append(TraceEvent(rank, label, start, dur - comm_total, "compute", {"stage": vs, "mb": op.mb}))
+            if comm_total > 0:
+                trace.append(TraceEvent(rank, "+".join(comm), start + dur - comm_total, comm_total, "comm",
+                                        {k: v for k, v in comm.items()}))
+        # hand the result on
+        if op.kind == "F":
+            if vs + 1 < n_vs:
+                deliver(f_in[vs + 1][op.mb], 0.0 if owner[vs + 1] == rank else p2p_s(vs))
+            elif not g_in[vs][op.mb].triggered:
+                g_in[vs][op.mb].succeed()  # the loss is computed: backward of the last stage may start
+        elif op.kind in ("B", "BW") and vs > 0:
+            deliver(g_in[vs - 1][op.mb], 0.0 if owner[vs - 1] == rank else p2p_s(vs - 1))
+
+    def rank_proc(rank: int):  # noqa: ANN202
+        ops = schedule.rank_ops(rank)
+        if all(op.kind == "F" for op in ops):  # forward-only pass: nothing flows back
+            for op in ops:
+                dep = f_in[schedule.virtual_stage(rank, op.chunk)][op.mb]
+                if not dep.triggered:
+                    yield dep
+                yield from execute(rank, op)
+            stats[rank].end_s = env.now
+            return
+        w_ready: deque[Op] = deque()
+        w_done: set[tuple[int, int]] = set()
+        if not schedule.greedy:
+            for op in ops:
+                if op.kind == "W":
+                    if (op.mb, op.chunk) in w_done:
+                        continue
+                    yield from execute(rank, op)
+                    w_done.add((op.mb, op.chunk))
+                    if schedule.defer_w:
+                        w_ready.remove(op)
+                    continue
+                dep = dependency(rank, op)
+                while dep is not None and not dep.triggered and schedule.defer_w and w_ready:
+                    w = w_ready.popleft()
+                    yield from execute(rank, w)
+                    w_done.add((w.mb, w.chunk))
+                if dep is not None and not dep.triggered:
+                    yield dep
+                yield from execute(rank, op)
+                if op.kind == "B" and schedule.defer_w:
+                    w_ready.append(Op("W", op.mb, op.chunk))
+            stats[rank].end_s = env.now
+            return
+        # Greedy: ready ops by priority (B of the later leg first, then B, then F of the later leg, then F).
+        chunks = schedule.chunks
+        next_f = [0] * chunks
+        next_b = [0] * chunks
+        inflight = 0
+        limit = schedule.inflight_limit(rank)
+        total_fb = 2 * m * chunks
+        done_fb = 0
+        while done_fb < total_fb:
+            pick: Op | None = None
+            for c in range(chunks - 1, -1, -1):
+                if next_b[c] < next_f[c] and g_in[schedule.virtual_stage(rank, c)][next_b[c]].triggered:
+                    pick = Op("B" if schedule.split_backward else "BW", next_b[c], c)
+                    break
+            if pick is None:
+                # The in-flight cap only holds back new micro-batches (chunk 0); later legs always proceed.
+                for c in range(chunks - 1, -1 if inflight < limit else 0, -1):
+                    if next_f[c] < m and f_in[schedule.virtual_stage(rank, c)][next_f[c]].triggered:
+                        pick = Op("F", next_f[c], c)
+                        break
+            if pick is None:
+                if w_ready:
+                    w = w_ready.popleft()
+                    yield from execute(rank, w)
+                    continue
+                waits = [g_in[schedule.virtual_stage(rank, c)][next_b[c]] for c in range(chunks) if next_b[c] < next_f[c]]
+                waits += [f_in[schedule.virtual_stage(rank, c)][next_f[c]] for c in range(chunks)
+                          if next_f[c] < m and (c > 0 or inflight < limit)]
+                yield env.any_of(waits)
+                continue
+            yield from execute(rank, pick)
+            done_fb += 1
+            if pick.kind == "F":
+                next_f[pick.chunk] += 1
+                inflight += 1
+            else:
+                next_b[pick.chunk] += 1
+                inflight -= 1
+                if schedule.split_backward:
+                    w_ready.append(Op("W", pick.mb, pick.chunk))
+        while w_ready:
+            yield from execute(rank, w_ready.popleft())
+        stats[rank].end_s = env.now
+
+    for r in range(pp):
+        env.process(rank_proc(r))
+    env.run()
+    makespan = max(s.end_s for s in stats)
+    return PipelineResult(makespan, stats, trace, counter[0])
