@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("perfmodel.sim.command", "perfmodel.sweep.command")
 
 
 def register_all(sub: argparse._SubParsersAction) -> None:

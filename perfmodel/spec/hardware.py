@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -197,7 +197,7 @@ class HardwareProfile:
         return self.gemm["fp8"] if dtype == "fp4" and "fp8" in self.gemm else self.gemm["bf16"]
 
     # Names a calibration may overwrite. Values stay in the same units as the attributes.
-    CALIBRATABLE: tuple[str, ...] = (
+    CALIBRATABLE: ClassVar[tuple[str, ...]] = (
         "hbm_efficiency",
         "collective_bus_efficiency_scale_up",
         "collective_bus_efficiency_scale_out",

@@ -1,0 +1,1 @@
+"""Outputs for people: terminal tables (text.py) and plotly capacity reports."""

@@ -1,0 +1,44 @@
+"""Terminal tables of a simulated step (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:,.1f} GB"
+
+
+def print_result(result, console: Console | None = None) -> None:  # noqa: ANN001
+    console = console or Console()
+    d = result.to_json()
+    console.print(f"[bold]{d['kind']}[/] step of {d['model']} on {d['gpus']} x {d['hardware']}: "
+                  f"{d['layout']}, {d['schedule']}, pipeline split {','.join(map(str, d['pipeline_split']))}, "
+                  f"{d['microbatches']} micro-batches per DP rank", soft_wrap=True)
+    m = Table(title="prediction", show_header=True)
+    m.add_column("metric")
+    m.add_column("value", justify="right")
+    for k, v in d["metrics"].items():
+        m.add_row(k, f"{v:,.4g}")
+    console.print(m)
+    for title, key in (("where the time goes (s, mean over pipeline ranks)", "breakdown_s"),
+                       ("RL step phases (s)", "phases_s")):
+        if key in d:
+            t = Table(title=title)
+            t.add_column("part")
+            t.add_column("seconds", justify="right")
+            t.add_column("share", justify="right")
+            total = sum(d[key].values()) or 1.0
+            for k, v in sorted(d[key].items(), key=lambda kv: -kv[1]):
+                t.add_row(k, f"{v:,.3f}", f"{100 * v / total:.1f}%")
+            console.print(t)
+    if "bubble_s_per_stage" in d:
+        console.print("bubble per stage (s): " + ", ".join(f"{b:.3f}" for b in d["bubble_s_per_stage"]))
+    if d.get("memory"):
+        mem = d["memory"]
+        parts = ", ".join(f"{k.removesuffix('_bytes')} {_gb(v)}" for k, v in mem.items()
+                          if k.endswith("_bytes") and k not in ("total_bytes", "capacity_bytes") and v)
+        fits = "fits" if mem.get("fits") else "DOES NOT FIT"
+        console.print(f"memory per GPU: {_gb(mem['total_bytes'])} of {_gb(mem['capacity_bytes'])} ({fits}): {parts}",
+                      soft_wrap=True)

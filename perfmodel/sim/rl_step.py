@@ -1,0 +1,250 @@
+"""One RL step (GRPO/PPO as Miles runs it): rollout -> log-prob passes -> actor training -> weight update,
+composed by placement: colocated (time-shared GPUs with offload/onload), disaggregated (separate rollout GPUs),
+or async (rollout of step k+1 overlaps training of step k).
+
+Phase names follow Miles' logs (perf/rollout_time, perf/log_probs_time, perf/ref_log_probs_time,
+perf/actor_train_time, update weights, perf/step_time). The rollout and training sides are simulated
+separately (they share nothing but the sampled response lengths) and memoized by what each depends on, so a
+sweep re-uses them across plans that differ only on the other side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfmodel.sim.rollout import RolloutResult, sample_response_lengths, simulate_rollout
+from perfmodel.sim.train import TrainStepResult, simulate_train_step
+from perfmodel.sim.trace import Span, pipeline_spans
+from perfmodel.sim.weight_sync import WeightUpdateResult, offload_onload_s, weight_update_time
+from perfmodel.spec.scenario import Scenario
+
+BREAKDOWN_KEYS = ("rollout", "log_probs", "train_compute", "bubble", "exposed_a2a", "other_comm", "weight_sync",
+                  "offload", "other")
+
+
+@dataclass(slots=True)
+class TrainSide:
+    log_probs: TrainStepResult
+    ref_log_probs: TrainStepResult | None
+    train: TrainStepResult
+    critic: TrainStepResult | None  # PPO: the critic's value pass and update
+    microbatches_per_rank: int
+    tokens: int
+
+    @property
+    def log_probs_time_s(self) -> float:
+        return self.log_probs.step_time_s
+
+    @property
+    def ref_log_probs_time_s(self) -> float:
+        return self.ref_log_probs.step_time_s if self.ref_log_probs else 0.0
+
+    @property
+    def train_time_s(self) -> float:
+        return self.train.step_time_s + (self.critic.step_time_s if self.critic else 0.0)
+
+    @property
+    def total_s(self) -> float:
+        return self.log_probs_time_s + self.ref_log_probs_time_s + self.train_time_s
+
+
+@dataclass(slots=True)
+class RLStepResult:
+    scenario: Scenario
+    rollout: RolloutResult
+    train_side: TrainSide
+    weight_update: WeightUpdateResult
+    offload_s: float  # colocated: trainer offload + onload and engine release + resume (0 when disaggregated)
+    step_time_s: float
+    phases_s: dict[str, float]
+    breakdown_s: dict[str, float]  # critical-path parts that sum to step_time_s (report stacked bars)
+    idle_gpu_s: dict[str, float]  # GPU-seconds idle by cause
+    trace_spans: list[Span] = field(default_factory=list)
+
+    def metrics(self) -> dict[str, float]:
+        rl = self.scenario.run.rl
+        gpus = self.scenario.run.gpus
+        ro = self.rollout
+        out = {
+            "step_time_s": self.step_time_s,
+            "rollout_time_s": self.phases_s["rollout"],
+            "log_probs_time_s": self.phases_s["log_probs"],
+            "train_time_s": self.phases_s["train"],
+            "weight_update_time_s": self.phases_s["weight_update"],
+            "rollout_tokens_per_gpu_s": ro.tokens_generated / ro.rollout_time_s / rl.rollout_gpus,
+            "train_tokens_per_s": self.train_side.tokens / self.train_side.train.step_time_s,
+            "tokens_per_s_per_gpu": self.train_side.tokens / self.step_time_s / gpus,
+        }
+        if self.phases_s.get("ref_log_probs"):
+            out["ref_log_probs_time_s"] = self.phases_s["ref_log_probs"]
+        return out
+
+    def spans(self) -> list[Span]:
+        return self.trace_spans
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "phases_s": self.phases_s,
+            "breakdown_s": self.breakdown_s,
+            "idle_gpu_s": self.idle_gpu_s,
+            "rollout": {"engines": len(self.rollout.engine_busy_s), "tokens": self.rollout.tokens_generated,
+                        "tail_idle_gpu_s": self.rollout.tail_idle_gpu_s},
+            "weight_update_parts_s": self.weight_update.parts_s,
+            "train_microbatches_per_rank": self.train_side.microbatches_per_rank,
+            "train_breakdown_s": self.train_side.train.breakdown_s,
+            "exposed_comm_s": self.train_side.train.exposed_comm_s,
+        }
+
+
+def pack_microbatches(lengths: list[int], dp: int, max_tokens: int) -> list[tuple[int, int]]:
+    """Miles --balance-data then dynamic batching by --max-tokens-per-gpu: samples spread over DP ranks by
+    tokens (longest first onto the lightest rank), then packed first-fit into micro-batches of at most
+    max_tokens tokens. Returns the micro-batches (tokens, mean sample length) of the busiest DP rank."""
+    ranks: list[list[int]] = [[] for _ in range(dp)]
+    loads = [0] * dp
+    for n in sorted(lengths, reverse=True):
+        i = loads.index(min(loads))
+        ranks[i].append(n)
+        loads[i] += n
+    busiest = ranks[loads.index(max(loads))]
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for n in busiest:  # already longest first
+        for i, r in enumerate(room):
+            if n <= r:
+                bins[i].append(n)
+                room[i] -= n
+                break
+        else:
+            bins.append([n])
+            room.append(max(0, max_tokens - n))
+    return [(sum(b), max(1, sum(b) // len(b))) for b in bins]
+
+
+def _key(*parts: Any) -> str:
+    return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+_TRAIN_MEMO: dict[str, TrainSide] = {}
+_ROLLOUT_MEMO: dict[str, RolloutResult] = {}
+_MEMO_LIMIT = 4096
+
+
+def _remember(memo: dict, key: str, value: Any) -> Any:
+    if len(memo) >= _MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
+def clear_memos() -> None:
+    _TRAIN_MEMO.clear()
+    _ROLLOUT_MEMO.clear()
+
+
+def simulate_train_side(scn: Scenario, lengths: list[int], record_trace: bool = False) -> TrainSide:
+    run = scn.run
+    rl = run.rl
+    t = run.train
+    key = _key("train", scn.hardware.calibration_params(), scn.model.id, scn.model.family, run.gpus,
+               t.model_dump(), rl.algorithm, rl.log_probs.ref_model, rl.actor_gpus, lengths)
+    if not record_trace and key in _TRAIN_MEMO:
+        return _TRAIN_MEMO[key]
+    budget = (t.max_tokens_per_gpu or t.micro_batch * t.seq_len) * t.layout.cp
+    mbs = pack_microbatches(lengths, scn.dp, budget)
+    log_probs = simulate_train_step(scn, mbs, forward_only=True)
+    ref = simulate_train_step(scn, mbs, forward_only=True) if rl.log_probs.ref_model else None
+    train = simulate_train_step(scn, mbs, record_trace=record_trace)
+    critic = None
+    if rl.algorithm == "ppo":  # the critic (same shape as the actor in Miles' PPO) computes values and trains
+        critic = simulate_train_step(scn, mbs)
+    side = TrainSide(log_probs, ref, train, critic, len(mbs), sum(lengths))
+    return side if record_trace else _remember(_TRAIN_MEMO, key, side)
+
+
+def simulate_rollout_side(scn: Scenario, seed: int = 0) -> RolloutResult:
+    rl = scn.run.rl
+    key = _key("rollout", scn.hardware.calibration_params(), scn.model.id, scn.model.family, rl.model_dump(),
+               seed)
+    if key in _ROLLOUT_MEMO:
+        return _ROLLOUT_MEMO[key]
+    return _remember(_ROLLOUT_MEMO, key, simulate_rollout(scn, seed=seed))
+
+
+def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False) -> RLStepResult:
+    run = scn.run
+    rl = run.rl
+    assert rl is not None
+    responses = sample_response_lengths(rl.response_tokens, rl.responses_per_step, seed)
+    prompt = int(round(rl.prompt_tokens_mean))
+    lengths = [prompt + int(r) for r in responses]
+    rollout = simulate_rollout_side(scn, seed)
+    side = simulate_train_side(scn, lengths, record_trace=record_trace)
+    wu = weight_update_time(scn)
+    colocated = rl.placement == "colocated"
+    offload = offload_onload_s(scn) if colocated else 0.0
+
+    phases = {
+        "rollout": rollout.rollout_time_s,
+        "log_probs": side.log_probs_time_s,
+        "ref_log_probs": side.ref_log_probs_time_s,
+        "train": side.train_time_s,
+        # Miles times "sleep + update weights + wake" together when colocated.
+        "weight_update": wu.total_s + offload,
+    }
+    train_path = side.total_s
+    if rl.async_:
+        step = max(rollout.rollout_time_s, train_path) + wu.total_s
+        exposed_rollout = max(0.0, rollout.rollout_time_s - train_path)  # the part training does not hide
+    else:
+        step = rollout.rollout_time_s + train_path + wu.total_s + offload
+        exposed_rollout = rollout.rollout_time_s
+    bd = {k: 0.0 for k in BREAKDOWN_KEYS}
+    bd["rollout"] = exposed_rollout
+    bd["log_probs"] = side.log_probs_time_s + side.ref_log_probs_time_s
+    tb = side.train.breakdown_s
+    for k, v in tb.items():
+        if k == "bubble":
+            bd["bubble"] += v
+        elif k == "comm:ep_a2a":
+            bd["exposed_a2a"] += v
+        elif k.startswith("comm:"):
+            bd["other_comm"] += v
+        else:
+            bd["train_compute"] += v
+    if side.critic is not None:
+        bd["train_compute"] += side.critic.step_time_s
+    bd["weight_sync"] = wu.total_s
+    bd["offload"] = offload
+    bd["other"] = max(0.0, step - sum(bd.values()))
+
+    actor, rollout_gpus = rl.actor_gpus, rl.rollout_gpus
+    idle = {
+        "pipeline_bubble": tb.get("bubble", 0.0) * actor,
+        "all_to_all_stall": tb.get("comm:ep_a2a", 0.0) * actor,
+        "rollout_tail": rollout.tail_idle_gpu_s,
+        "weight_sync": wu.total_s * run.gpus,
+        "offload": offload * run.gpus,
+    }
+    if not colocated:
+        if rl.async_:
+            idle["waiting_on_other_side"] = (max(0.0, step - wu.total_s - train_path) * actor
+                                             + max(0.0, step - wu.total_s - rollout.rollout_time_s) * rollout_gpus)
+        else:
+            idle["waiting_on_other_side"] = train_path * rollout_gpus + rollout.rollout_time_s * actor
+
+    spans: list[Span] = []
+    if record_trace:
+        spans.extend(rollout.spans(offset_s=0.0))
+        t0 = 0.0 if rl.async_ else rollout.rollout_time_s + (offload / 2 if colocated else 0.0)
+        spans.append(Span("rl step", "phases", "rollout", 0.0, rollout.rollout_time_s))
+        spans.append(Span("rl step", "phases", "log_probs", t0, side.log_probs_time_s))
+        t1 = t0 + side.log_probs_time_s + side.ref_log_probs_time_s
+        spans.append(Span("rl step", "phases", "actor_train", t1, side.train.step_time_s))
+        spans.extend(pipeline_spans(side.train.trace, prefix="train stage", offset_s=t1))
+        t2 = step - wu.total_s
+        spans.append(Span("rl step", "phases", "update_weights", t2, wu.total_s))
+    return RLStepResult(scn, rollout, side, wu, offload, step, phases, bd, idle, spans)

@@ -1,0 +1,166 @@
+"""One Megatron training step (or a forward-only log-prob pass) of one representative DP replica.
+
+The pipeline engine runs the schedule over per-stage op times from the cost model; the DP gradient sync
+overlaps the last backward of each rank, then the optimizer step runs (on the host for the offloaded share).
+Stragglers enter through the cost model's expert-load imbalance, not by simulating every GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from perfmodel.cost.stage import ChunkCost, chunk_cost, dp_grad_sync_s, optimizer_step_s, p2p_time_s
+from perfmodel.sim.pipeline import OpTimes, PipelineResult, TraceEvent, run_pipeline
+from perfmodel.sim.schedules import ForwardOnly, Schedule, make_schedule
+from perfmodel.spec.scenario import Scenario
+
+EP_COMM = "ep_a2a"
+
+
+@dataclass(slots=True)
+class TrainStepResult:
+    step_time_s: float
+    pipeline_s: float
+    microbatches: int
+    tokens: int
+    breakdown_s: dict[str, float]  # averaged over pipeline ranks; sums to step_time_s
+    bubble_s_per_stage: list[float]
+    exposed_comm_s: dict[str, float]  # per collective kind, averaged over pipeline ranks
+    model_flops: float  # all GPUs of the step
+    hardware_flops: float  # model FLOPs plus recomputed forwards
+    gpus: int
+    peak_flops_per_gpu: float
+    events: int
+    trace: list[TraceEvent] = field(default_factory=list)
+
+    @property
+    def model_tflops_per_gpu(self) -> float:
+        return self.model_flops / self.step_time_s / self.gpus / 1e12
+
+    @property
+    def hardware_tflops_per_gpu(self) -> float:
+        return self.hardware_flops / self.step_time_s / self.gpus / 1e12
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flops / self.step_time_s / self.gpus / self.peak_flops_per_gpu
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens / self.step_time_s / self.gpus
+
+
+def _op_times(cost: ChunkCost, schedule: Schedule) -> OpTimes:
+    f_comm = dict(cost.fwd_comm_s)
+    b_comm = dict(cost.bwd_comm_s)
+    if schedule.overlaps_ep_comm:
+        # DualPipe overlaps one micro-batch's all-to-all with another's compute: only the excess stays exposed.
+        f_comm[EP_COMM] = max(0.0, f_comm.get(EP_COMM, 0.0) - cost.fwd_compute_s)
+        b_comm[EP_COMM] = max(0.0, b_comm.get(EP_COMM, 0.0) - cost.bwd_input_s - cost.bwd_weight_s)
+    f_s = cost.fwd_compute_s + sum(f_comm.values())
+    b_core = cost.recompute_s + cost.bwd_input_s + sum(b_comm.values())
+    if schedule.split_backward:
+        return OpTimes(f_s, b_core, cost.bwd_weight_s, cost.recompute_s, f_comm, b_comm)
+    return OpTimes(f_s, b_core + cost.bwd_weight_s, 0.0, cost.recompute_s, f_comm, b_comm)
+
+
+def default_microbatches(scn: Scenario) -> list[tuple[int, int]]:
+    """(tokens, seq_len) per micro-batch of one DP rank for fixed micro-batching."""
+    t = scn.train
+    return [(t.micro_batch * t.seq_len, t.seq_len)] * scn.num_microbatches
+
+
+def simulate_train_step(
+    scn: Scenario,
+    microbatches: list[tuple[int, int]] | None = None,
+    forward_only: bool = False,
+    record_trace: bool = False,
+    include_optimizer: bool = True,
+) -> TrainStepResult:
+    """Simulate one step. `microbatches` lists (tokens, seq_len) per micro-batch of one DP rank (RL packs
+    variable-length samples by max_tokens_per_gpu); default: the fixed micro-batches of the scenario."""
+    mbs = microbatches or default_microbatches(scn)
+    lay = scn.layout
+    schedule = make_schedule(scn.schedule, lay.pp, len(mbs), lay.vpp)
+    if forward_only:
+        schedule = ForwardOnly(schedule)
+    costs: dict[tuple[int, int, int], ChunkCost] = {}
+
+    def cost_of(vs: int, mb: int) -> ChunkCost:
+        tokens, seq = mbs[mb]
+        key = (vs, tokens, seq)
+        c = costs.get(key)
+        if c is None:
+            c = costs[key] = chunk_cost(scn, vs, tokens, seq)
+        return c
+
+    def op_times(vs: int, mb: int) -> OpTimes:
+        c = cost_of(vs, mb)
+        if forward_only:
+            return OpTimes(c.fwd_compute_s + sum(c.fwd_comm_s.values()), 0.0, 0.0, 0.0, dict(c.fwd_comm_s), {})
+        return _op_times(c, schedule)
+
+    p2p_cache: dict[int, float] = {}
+
+    def p2p(vs: int) -> float:
+        if vs not in p2p_cache:
+            tokens, seq = max(mbs)
+            p2p_cache[vs] = p2p_time_s(scn, cost_of(vs, mbs.index((tokens, seq))).p2p_bytes)
+        return p2p_cache[vs]
+
+    pipe: PipelineResult = run_pipeline(schedule, op_times, p2p, record_trace)
+
+    # DP sync overlaps the rank's last backward; the optimizer step follows on every rank.
+    tail_s = 0.0
+    per_rank_extra: list[dict[str, float]] = []
+    for rank in range(lay.pp):
+        extra: dict[str, float] = {}
+        if not forward_only and include_optimizer:
+            grad_s, gather_s = dp_grad_sync_s(scn, rank)
+            last_bwd = sum(op_times(schedule.virtual_stage(rank, c), len(mbs) - 1).b_s for c in range(schedule.chunks))
+            first_fwd = sum(op_times(schedule.virtual_stage(rank, c), 0).f_s for c in range(schedule.chunks))
+            extra["comm:dp_grad"] = max(0.0, grad_s - last_bwd)
+            extra["comm:dp_param_gather"] = max(0.0, gather_s - first_fwd)
+            extra["optimizer"] = optimizer_step_s(scn, rank)
+        per_rank_extra.append(extra)
+        tail_s = max(tail_s, pipe.ranks[rank].end_s - pipe.makespan_s + sum(extra.values()))
+    step = pipe.makespan_s + tail_s
+
+    n = lay.pp
+    breakdown: dict[str, float] = {}
+    for rank in range(n):
+        for k, v in pipe.ranks[rank].busy_s.items():
+            breakdown[k] = breakdown.get(k, 0.0) + v / n
+        for k, v in per_rank_extra[rank].items():
+            breakdown[k] = breakdown.get(k, 0.0) + v / n
+    breakdown["bubble"] = max(0.0, step - sum(breakdown.values()))
+    exposed = {k.split(":", 1)[1]: v for k, v in breakdown.items() if k.startswith("comm:")}
+
+    # FLOPs: model FLOPs of every chunk of every micro-batch, times the GPUs that run a stage (tp x cp x dp
+    # replicas each do their own share; chunk model_flops is per GPU).
+    model_flops = 0.0
+    recompute_flops = 0.0
+    for vs in range(schedule.virtual_stages):
+        for mb in range(len(mbs)):
+            c = cost_of(vs, mb)
+            f = c.model_flops / 3.0 if forward_only else c.model_flops
+            model_flops += f
+            if not forward_only and c.recompute_s > 0 and c.fwd_compute_s > 0:
+                recompute_flops += (c.model_flops / 3.0) * (c.recompute_s / c.fwd_compute_s)
+    replicas = scn.dp * lay.tp * lay.cp
+    tokens = sum(t for t, _ in mbs) * scn.dp
+    return TrainStepResult(
+        step_time_s=step,
+        pipeline_s=pipe.makespan_s,
+        microbatches=len(mbs),
+        tokens=tokens,
+        breakdown_s=breakdown,
+        bubble_s_per_stage=[step - pipe.ranks[r].total_busy_s - sum(per_rank_extra[r].values()) for r in range(n)],
+        exposed_comm_s=exposed,
+        model_flops=model_flops * replicas,
+        hardware_flops=(model_flops + recompute_flops) * replicas,
+        gpus=scn.run.train_gpus,
+        peak_flops_per_gpu=scn.hardware.peak(scn.train.precision),
+        events=pipe.events,
+        trace=pipe.trace,
+    )

@@ -1,0 +1,182 @@
+"""`perfmodel sweep`: rank every candidate layout for a model, an RL job and a GPU budget."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from perfmodel.errors import InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sweep", help="rank every candidate layout (TP/PP/EP/CP/VPP, rollout engines, placement) for a job",
+        description="Enumerate candidate plans for the sweep file's hardware, model and job over node counts, "
+        "prune by layout rules and memory, simulate one RL step of each, and rank them. Writes OUT/candidates.csv "
+        "(every candidate, with why pruned ones were pruned), OUT/summary.json, the top plans as plan files "
+        "(OUT/plans/) and the best plan's trace. Without SPEC, the embedded default (DeepSeek-V4-Flash GRPO on "
+        "MI355X, the seed article's job) is used.")
+    p.add_argument("spec", nargs="?", metavar="SPEC", help="sweep YAML (default: the embedded seed sweep)")
+    p.add_argument("--nodes", help="node counts: '4-64' (powers of two), '4,8,16' or '8'")
+    p.add_argument("--objective", choices=["step_time", "tokens_per_gpu", "cost"])
+    p.add_argument("--target-step-time", type=float, help="for --objective cost: the step time to stay under (s)")
+    p.add_argument("--out", help="output folder (default: sweeps/<time stamp>)")
+    p.add_argument("--top", type=int, default=5, help="plans to write and rows to print (default 5)")
+    p.add_argument("--workers", type=int, help="local worker processes (default: the CPU count)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run the candidates on a Ray cluster at ADDRESS")
+    p.add_argument("--no-cache", action="store_true", help="ignore and do not fill the result cache")
+    p.add_argument("--calibration", help="calibration overlay YAML for the hardware profile")
+    p.add_argument("--report", action="store_true", help="also write the HTML capacity report into OUT")
+    p.set_defaults(func=run)
+
+
+def parse_nodes(text: str) -> tuple[int, ...]:
+    text = text.strip()
+    m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", text)
+    if m:
+        lo, hi = int(m.group(1)), int(m.group(2))
+        if lo < 1 or hi < lo:
+            raise InputError("--nodes", "", f"bad range {text!r}; use e.g. 4-64")
+        out, n = [], lo
+        while n <= hi:
+            out.append(n)
+            n *= 2
+        return tuple(out)
+    try:
+        vals = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise InputError("--nodes", "", f"{text!r} is not a node count list; use e.g. 4-64 or 4,8,16") from None
+    if any(v < 1 for v in vals):
+        raise InputError("--nodes", "", "node counts must be >= 1")
+    return vals
+
+
+def _plan_for(row: dict[str, Any], run: dict[str, Any], hw_calibration: str, spec_label: str) -> Any:
+    from perfmodel.spec.plan import Plan
+
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", row["label"]).strip("-").lower()
+    predicted = {k: row[k] for k in ("step_time_s", "rollout_time_s", "log_probs_time_s", "train_time_s",
+                                     "weight_update_time_s", "tokens_per_s_per_gpu") if row.get(k) not in (None, "")}
+    if row.get("mem_train_bytes"):
+        predicted["peak_memory_train_bytes"] = row["mem_train_bytes"]
+    if row.get("mem_rollout_bytes"):
+        predicted["peak_memory_rollout_bytes"] = row["mem_rollout_bytes"]
+    return Plan.model_validate(run | {
+        "id": f"rank{row['rank']:02d}-{slug}", "created_by": f"perfmodel sweep ({spec_label})",
+        "predicted": predicted, "calibration": {"name": hw_calibration},
+        "executor": {"backend": "miles"},
+    })
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+    from rich.table import Table
+
+    from perfmodel.calibration import apply_calibration_file
+    from perfmodel.spec.hardware import load_hardware
+    from perfmodel.spec.plan import dump_plan
+    from perfmodel.spec.scenario import resolve_model
+    from perfmodel.spec.run import RunSpec
+    from perfmodel.sweep.cache import ResultCache, default_cache_path
+    from perfmodel.sweep.run import evaluate_candidates, write_csv, write_summary
+    from perfmodel.sweep.space import enumerate_candidates
+    from perfmodel.sweep.spec import default_sweep_path, load_sweep_spec
+
+    console = Console()
+    spec_path = args.spec or str(default_sweep_path())
+    spec = load_sweep_spec(spec_path)
+    updates: dict[str, Any] = {}
+    if args.nodes:
+        updates["nodes"] = parse_nodes(args.nodes)
+    if args.objective:
+        updates["objective"] = args.objective
+    if args.target_step_time:
+        updates["target_step_time_s"] = args.target_step_time
+    if updates:
+        spec = spec.model_copy(update=updates)
+        if spec.objective == "cost" and spec.target_step_time_s is None:
+            raise InputError("--objective", "", "cost needs --target-step-time SECONDS")
+    hw = (apply_calibration_file(args.calibration, spec.hardware, spec_path) if args.calibration
+          else load_hardware(spec.hardware, source=spec_path))
+    probe = RunSpec.model_construct(model=spec.model)
+    model = resolve_model(probe, spec_path)
+    moe = [layer.ffn for layer in model.layers if layer.ffn.kind == "moe"]
+    candidates = list(enumerate_candidates(spec, hw.gpus_per_node, moe[0].num_experts if moe else 0,
+                                           model.num_layers))
+    if not candidates:
+        raise InputError(spec_path, "space", "no candidate plans: widen the space or the node counts")
+    out = Path(args.out or Path("sweeps") / time.strftime("%Y%m%d-%H%M%S"))
+    out.mkdir(parents=True, exist_ok=True)
+    cache = None if args.no_cache else ResultCache(default_cache_path())
+    model_key = json.dumps(spec.model.model_dump(), sort_keys=True)
+    console.print(f"sweep {spec.model.label()} on {spec.hardware}, nodes {list(spec.nodes)}: "
+                  f"{len(candidates):,} candidates -> {out}", soft_wrap=True)
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                  console=console, transient=False) as bar:
+        task = bar.add_task("simulating", total=len(candidates), rate="")
+        t0 = time.perf_counter()
+
+        def progress(done: int, total: int) -> None:
+            dt = max(1e-9, time.perf_counter() - t0)
+            bar.update(task, completed=done, rate=f"{done / dt:,.0f}/s")
+
+        outcome = evaluate_candidates(spec, candidates, hw, model, model_key, workers=args.workers,
+                                      ray_address=args.ray, cache=cache, progress=progress)
+    if cache:
+        cache.close()
+    plans_dir = out / "plans"
+    plans_dir.mkdir(exist_ok=True)
+    top_rows = outcome.top[: max(1, args.top)]
+    by_index = {c.index: c for c in candidates}
+    top_summary = []
+    calib_name = args.calibration or "none"
+    for row in top_rows:
+        plan = _plan_for(row, by_index[row["index"]].run, calib_name, Path(spec_path).name)
+        path = plans_dir / f"{plan.id}.yaml"
+        dump_plan(plan, path)
+        top_summary.append({k: row.get(k) for k in ("rank", "index", "label", "step_time_s", "rollout_time_s",
+                                                    "log_probs_time_s", "train_time_s", "weight_update_time_s",
+                                                    "tokens_per_s_per_gpu", "gpu_hours_per_step",
+                                                    "mem_train_bytes")} | {"plan_path": str(path)})
+    extra: dict[str, Any] = {}
+    if top_rows:
+        from perfmodel.predict import simulate_run
+        from perfmodel.sim.trace import write_trace
+
+        best_run = RunSpec.model_validate(by_index[top_rows[0]["index"]].run)
+        write_trace(simulate_run(best_run, hardware=hw, record_trace=True).spans(), out / "best_trace.json")
+        extra["best_trace"] = "best_trace.json"
+    write_csv(outcome.rows, out / "candidates.csv")
+    write_summary(spec, outcome, top_summary, out / "summary.json", extra)
+
+    table = Table(title=f"top plans by {spec.objective}")
+    for col in ("rank", "plan", "step s", "rollout", "log-probs", "train", "w-update", "tok/s/GPU", "train mem GB"):
+        table.add_column(col, justify="left" if col == "plan" else "right")
+    for r in top_rows:
+        def f(k: str, fmt: str = "{:.1f}") -> str:
+            v = r.get(k)
+            return "-" if v in (None, "") else fmt.format(float(v))
+        table.add_row(str(r["rank"]), r["label"], f("step_time_s"), f("rollout_time_s"), f("log_probs_time_s"),
+                      f("train_time_s"), f("weight_update_time_s"), f("tokens_per_s_per_gpu", "{:.0f}"),
+                      f("mem_train_bytes", "{:.0f}") if not r.get("mem_train_bytes") else
+                      f"{float(r['mem_train_bytes']) / 1e9:.0f}")
+    console.print(table)
+    rate = (outcome.evaluated + outcome.pruned - outcome.cached) / max(outcome.elapsed_s, 1e-9)
+    console.print(f"{len(candidates):,} candidates: {outcome.evaluated:,} simulated, {outcome.pruned:,} pruned "
+                  f"({outcome.cached:,} from cache) in {outcome.elapsed_s:.1f} s ({rate:,.0f}/s)"
+                  + (" [interrupted: partial results kept]" if outcome.interrupted else ""), soft_wrap=True)
+    console.print(f"wrote {out / 'candidates.csv'}, {out / 'summary.json'}, {len(top_rows)} plans in {plans_dir}",
+                  soft_wrap=True)
+    if args.report:
+        from perfmodel.report.capacity import build_report
+
+        html = build_report(out, out_html=out / "report.html")
+        console.print(f"report: {html}")
+    return 130 if outcome.interrupted else 0

@@ -1,0 +1,265 @@
+"""Evaluate sweep candidates: prune by rules and memory, simulate the rest (local processes or a Ray cluster),
+rank them, and write the CSV of every candidate, the summary, the top plans and the best plan's trace."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfmodel import __version__
+from perfmodel.errors import InputError
+from perfmodel.spec.hardware import HardwareProfile
+from perfmodel.spec.model import ModelSpec
+from perfmodel.sweep.cache import ResultCache, result_key
+from perfmodel.sweep.space import Candidate
+from perfmodel.sweep.spec import SweepSpec
+
+ROW_FIELDS = [
+    "index", "nodes", "gpus", "label", "placement", "actor_gpus", "rollout_gpus", "async", "tp", "pp", "cp", "ep",
+    "etp", "vpp", "schedule", "recompute", "offload", "engine_gpus", "engine_tp", "engine_ep", "engine_dp",
+    "dp_attention", "status", "reason", "rank", "objective_value", "step_time_s", "rollout_time_s",
+    "log_probs_time_s", "train_time_s", "weight_update_time_s", "offload_time_s", "bd_rollout_s", "bd_log_probs_s",
+    "bd_train_compute_s", "bd_bubble_s", "bd_exposed_a2a_s", "bd_other_comm_s", "bd_weight_sync_s", "bd_offload_s",
+    "bd_other_s", "tokens_per_s_per_gpu", "gpu_hours_per_step", "mem_train_bytes", "mem_train_capacity_bytes",
+    "mem_rollout_bytes", "mem_rollout_capacity_bytes", "mem_train_weights_bytes", "mem_train_grads_bytes",
+    "mem_train_optimizer_bytes", "mem_train_activations_bytes", "mem_train_other_bytes",
+]
+
+
+def describe_candidate(c: Candidate) -> dict[str, Any]:
+    run = c.run
+    t, lay = run["train"], run["train"]["layout"]
+    rl = run.get("rl") or {}
+    ro = rl.get("rollout") or {}
+    return {
+        "index": c.index, "nodes": c.nodes, "gpus": run["gpus"], "label": c.label(),
+        "placement": rl.get("placement", "none"), "actor_gpus": rl.get("actor_gpus", run["gpus"]),
+        "rollout_gpus": rl.get("rollout_gpus", 0), "async": int(bool(rl.get("async"))),
+        **{k: lay.get(k, 1) for k in ("tp", "pp", "cp", "ep", "etp", "vpp")},
+        "schedule": t.get("schedule", "1f1b"), "recompute": t.get("recompute", "none"),
+        "offload": t.get("optimizer_offload_fraction", 0.0), "engine_gpus": ro.get("engine_gpus", ""),
+        "engine_tp": ro.get("tp", ""), "engine_ep": ro.get("ep", ""), "engine_dp": ro.get("dp", ""),
+        "dp_attention": int(bool(ro.get("dp_attention"))),
+    }
+
+
+# Per-process state for workers (the hardware and model are loaded once per process).
+_CTX: dict[str, Any] = {}
+
+
+def _init_worker(hw: HardwareProfile, model: ModelSpec) -> None:
+    _CTX["hw"], _CTX["model"] = hw, model
+
+
+def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec) -> dict[str, Any]:
+    """Prune or simulate one candidate; returns the result columns of its CSV row."""
+    from perfmodel.memory import rollout_memory, training_memory
+    from perfmodel.predict import simulate_scenario
+    from perfmodel.spec.run import RunSpec
+    from perfmodel.spec.scenario import build_scenario
+
+    try:
+        scn = build_scenario(RunSpec.model_validate(run_data), hardware=hw, model=model)
+    except InputError as err:
+        return {"status": "pruned", "reason": f"layout: {err.field}: {err.message}"}
+    except ValueError as err:  # pydantic, for values the enumeration should not produce
+        return {"status": "pruned", "reason": f"invalid: {' '.join(str(err).split())[:160]}"}
+    mem = training_memory(scn)
+    row: dict[str, Any] = {"mem_train_bytes": mem.total_bytes, "mem_train_capacity_bytes": mem.capacity_bytes,
+                           "mem_train_weights_bytes": mem.weights_bytes, "mem_train_grads_bytes": mem.grads_bytes,
+                           "mem_train_optimizer_bytes": mem.optimizer_bytes,
+                           "mem_train_activations_bytes": mem.activations_bytes,
+                           "mem_train_other_bytes": mem.total_bytes - mem.weights_bytes - mem.grads_bytes
+                           - mem.optimizer_bytes - mem.activations_bytes}
+    if not mem.fits:
+        return row | {"status": "pruned", "reason": f"training memory {mem.total_bytes / 1e9:.0f} GB > "
+                      f"{mem.capacity_bytes / 1e9:.0f} GB per GPU"}
+    if scn.run.rl is not None:
+        rmem = rollout_memory(scn)
+        row |= {"mem_rollout_bytes": rmem.total_bytes, "mem_rollout_capacity_bytes": rmem.capacity_bytes}
+        if not rmem.fits:
+            return row | {"status": "pruned", "reason": f"rollout memory: {rmem.reason}"}
+    try:
+        res = simulate_scenario(scn)
+    except InputError as err:
+        return row | {"status": "pruned", "reason": f"{err.field}: {err.message}"}
+    m = res.metrics()
+    gpus = scn.run.gpus
+    row |= {"status": "ok", "reason": "", "step_time_s": res.step_time_s,
+            "tokens_per_s_per_gpu": m.get("tokens_per_s_per_gpu"),
+            "gpu_hours_per_step": res.step_time_s * gpus / 3600.0}
+    if res.rl is not None:
+        ph = res.rl.phases_s
+        row |= {"rollout_time_s": ph["rollout"], "log_probs_time_s": ph["log_probs"] + ph.get("ref_log_probs", 0.0),
+                "train_time_s": ph["train"], "weight_update_time_s": ph["weight_update"],
+                "offload_time_s": res.rl.offload_s}
+        row |= {f"bd_{k}_s": v for k, v in res.rl.breakdown_s.items()}
+    else:
+        bd = res.train.breakdown_s
+        row |= {"train_time_s": res.step_time_s, "bd_bubble_s": bd.get("bubble", 0.0),
+                "bd_exposed_a2a_s": bd.get("comm:ep_a2a", 0.0),
+                "bd_other_comm_s": sum(v for k, v in bd.items() if k.startswith("comm:") and k != "comm:ep_a2a"),
+                "bd_train_compute_s": sum(v for k, v in bd.items() if not k.startswith("comm:") and k != "bubble")}
+    return row
+
+
+def _evaluate_chunk(items: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
+    return [(i, evaluate_run(run, _CTX["hw"], _CTX["model"])) for i, run in items]
+
+
+@dataclass(slots=True)
+class SweepOutcome:
+    rows: list[dict[str, Any]]
+    evaluated: int
+    pruned: int
+    cached: int
+    elapsed_s: float
+    interrupted: bool
+    top: list[dict[str, Any]] = field(default_factory=list)
+
+
+def objective_value(row: dict[str, Any], spec: SweepSpec) -> float | None:
+    if row.get("status") != "ok":
+        return None
+    if spec.objective == "tokens_per_gpu":
+        return -float(row["tokens_per_s_per_gpu"])
+    if spec.objective == "cost":
+        if row["step_time_s"] > (spec.target_step_time_s or float("inf")):
+            return None
+        return float(row["gpu_hours_per_step"]) * spec.gpu_hour_cost
+    return float(row["step_time_s"])
+
+
+def _chunks(items: list[tuple[int, dict[str, Any]]], size: int) -> Iterable[list[tuple[int, dict[str, Any]]]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def evaluate_candidates(
+    spec: SweepSpec,
+    candidates: list[Candidate],
+    hw: HardwareProfile,
+    model: ModelSpec,
+    model_key: str,
+    workers: int | None = None,
+    ray_address: str | None = None,
+    cache: ResultCache | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SweepOutcome:
+    t0 = time.perf_counter()
+    hw_params = hw.calibration_params()
+    keys = [result_key(hw_params, hw.id, model_key, c.run) for c in candidates]
+    results: dict[int, dict[str, Any]] = {}
+    hits = cache.get_many(keys) if cache else {}
+    for c, k in zip(candidates, keys):
+        if k in hits:
+            results[c.index] = hits[k]
+    todo = [(c.index, c.run) for c in candidates if c.index not in results]
+    cached = len(results)
+    done = cached
+    if progress:
+        progress(done, len(candidates))
+    interrupted = False
+    by_index = {c.index: k for c, k in zip(candidates, keys)}
+    new_items: list[tuple[str, dict[str, Any]]] = []
+
+    def take(batch: list[tuple[int, dict[str, Any]]]) -> None:
+        nonlocal done
+        for i, row in batch:
+            results[i] = row
+            new_items.append((by_index[i], row))
+        done += len(batch)
+        if progress:
+            progress(done, len(candidates))
+
+    workers = workers or min(os.cpu_count() or 1, 8)
+    chunk = max(16, min(256, len(todo) // (workers * 8) + 1))
+    try:
+        if ray_address:
+            _run_on_ray(ray_address, todo, chunk, hw, model, take)
+        elif workers <= 1 or len(todo) < 64:
+            _init_worker(hw, model)
+            for items in _chunks(todo, chunk):
+                take(_evaluate_chunk(items))
+        else:
+            with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(hw, model)) as pool:
+                pending: set[Future] = set()
+                it = iter(_chunks(todo, chunk))
+                try:
+                    for items in it:
+                        pending.add(pool.submit(_evaluate_chunk, items))
+                        if len(pending) >= workers * 3:
+                            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                            for f in finished:
+                                take(f.result())
+                    while pending:
+                        finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                        for f in finished:
+                            take(f.result())
+                except KeyboardInterrupt:
+                    for f in pending:
+                        f.cancel()
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
+    except KeyboardInterrupt:
+        interrupted = True
+    if cache:
+        cache.put_many(new_items)
+    rows = []
+    for c in candidates:
+        row = describe_candidate(c)
+        r = results.get(c.index)
+        row |= r if r is not None else {"status": "not_evaluated", "reason": "interrupted"}
+        row["objective_value"] = objective_value(row, spec)
+        rows.append(row)
+    ranked = sorted((r for r in rows if r["objective_value"] is not None), key=lambda r: r["objective_value"])
+    for rank, r in enumerate(ranked, 1):
+        r["rank"] = rank
+    evaluated = sum(1 for r in rows if r["status"] == "ok")
+    pruned = sum(1 for r in rows if r["status"] == "pruned")
+    return SweepOutcome(rows, evaluated, pruned, cached, time.perf_counter() - t0, interrupted, ranked)
+
+
+def _run_on_ray(address: str, todo: list[tuple[int, dict[str, Any]]], chunk: int, hw: HardwareProfile,
+                model: ModelSpec, take: Callable[[list[tuple[int, dict[str, Any]]]], None]) -> None:
+    import ray
+
+    ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+    try:
+        @ray.remote
+        def chunk_task(items, hw_ref, model_ref):  # noqa: ANN001, ANN202
+            _init_worker(hw_ref, model_ref)
+            return _evaluate_chunk(items)
+
+        hw_ref, model_ref = ray.put(hw), ray.put(model)
+        pending = [chunk_task.remote(items, hw_ref, model_ref) for items in _chunks(todo, chunk)]
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for r in ready:
+                take(ray.get(r))
+    finally:
+        ray.shutdown()
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=ROW_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in ROW_FIELDS})
+
+
+def write_summary(spec: SweepSpec, outcome: SweepOutcome, top: list[dict[str, Any]], path: Path,
+                  extra: dict[str, Any]) -> None:
+    data = {"spec": spec.model_dump(mode="json", by_alias=True), "objective": spec.objective,
+            "evaluated": outcome.evaluated, "pruned": outcome.pruned, "cached": outcome.cached,
+            "candidates": len(outcome.rows), "elapsed_s": outcome.elapsed_s, "interrupted": outcome.interrupted,
+            "version": __version__, "top": top} | extra
+    path.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")

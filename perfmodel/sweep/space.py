@@ -1,0 +1,133 @@
+"""Enumerate candidate plans of a sweep and prune the impossible ones before any simulation.
+
+A candidate is a RunSpec-shaped dict. Pruning has two stages: layout rules (the same `build_scenario` checks a
+user's file meets) and the memory model (training and rollout GPUs must fit). Every pruned candidate keeps its
+reason, for the CSV.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from perfmodel.sweep.spec import SweepSpec
+
+
+@dataclass(slots=True)
+class Candidate:
+    index: int
+    nodes: int
+    run: dict[str, Any]  # RunSpec data
+    pruned: str | None = None  # why it was not simulated
+
+    def label(self) -> str:
+        t = self.run["train"]
+        lay = t["layout"]
+        rl = self.run.get("rl") or {}
+        parts = [f"{self.nodes}n", f"TP{lay['tp']}/PP{lay['pp']}" + (f"/VPP{lay['vpp']}" if lay.get("vpp", 1) > 1 else "")
+                 + (f"/CP{lay['cp']}" if lay.get("cp", 1) > 1 else "") + f"/EP{lay['ep']}",
+                 f"rc-{t.get('recompute', 'none')}"]
+        if t.get("optimizer_offload_fraction"):
+            parts.append("offload")
+        if t.get("schedule") and t["schedule"] not in ("1f1b", "interleaved"):
+            parts.append(t["schedule"])
+        if rl:
+            ro = rl["rollout"]
+            place = "coloc" if rl["placement"] == "colocated" else f"disagg{rl['actor_gpus']}+{rl['rollout_gpus']}"
+            if rl.get("async"):
+                place += "-async"
+            parts.append(place)
+            parts.append(f"eng{ro['engine_gpus']}-tp{ro['tp']}-ep{ro['ep']}" + ("-dpa" if ro.get("dp_attention") else ""))
+        return " ".join(parts)
+
+
+def _divides(a: int, b: int) -> bool:
+    return b % a == 0
+
+
+def _train_layouts(spec: SweepSpec, gpus: int, num_experts: int, num_layers: int) -> Iterator[dict[str, Any]]:
+    s = spec.space
+    for tp, pp, cp in itertools.product(s.tp, s.pp, s.cp):
+        mp = tp * pp * cp
+        if mp > gpus or gpus % mp:
+            continue
+        dp = gpus // mp
+        for ep, etp, vpp in itertools.product(s.ep, s.etp, s.vpp):
+            if num_experts == 0 and (ep > 1 or etp > 1):
+                continue
+            if num_experts and (num_experts % ep or (tp * cp * dp) % (ep * etp)):
+                continue
+            if pp * vpp > num_layers or (vpp > 1 and pp == 1):
+                continue
+            for schedule in s.schedule:
+                if vpp > 1 and schedule != "1f1b":
+                    continue  # interleaved is the only multi-chunk schedule enumerated
+                if schedule in ("dualpipe", "dualpipev") and pp == 1:
+                    continue
+                sched = "interleaved" if vpp > 1 else schedule
+                yield {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "vpp": vpp, "dp": dp, "schedule": sched}
+
+
+def _rollout_engines(spec: SweepSpec, gpus: int) -> Iterator[dict[str, Any]]:
+    s = spec.space
+    for e, ep_mode, dpa in itertools.product(s.engine_gpus, s.engine_ep, s.dp_attention):
+        if e > gpus or gpus % e:
+            continue
+        yield {"engine_gpus": e, "tp": e, "ep": 1 if ep_mode == "none" else e, "dp": e if dpa else 1,
+               "dp_attention": dpa}
+
+
+def _placements(spec: SweepSpec, nodes: int, gpn: int) -> Iterator[tuple[str, int, int, bool]]:
+    """(placement, actor_gpus, rollout_gpus, async)."""
+    seen: set[tuple[int, int]] = set()
+    for placement in spec.space.placement:
+        if placement == "colocated":
+            yield "colocated", nodes * gpn, nodes * gpn, False
+            continue
+        for frac in spec.space.rollout_fraction:
+            rn = round(nodes * frac)
+            if not 1 <= rn <= nodes - 1 or (nodes - rn, rn) in seen:
+                continue
+            seen.add((nodes - rn, rn))
+            for is_async in spec.space.async_:
+                yield "disaggregated", (nodes - rn) * gpn, rn * gpn, is_async
+
+
+def enumerate_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, num_layers: int) -> Iterator[Candidate]:
+    job = spec.job
+    idx = 0
+    for nodes in spec.nodes:
+        gpus = nodes * gpus_per_node
+        placements = list(_placements(spec, nodes, gpus_per_node)) if job.get("kind") == "rl" else [
+            ("none", gpus, 0, False)]
+        for placement, actor, rollout, is_async in placements:
+            layouts = list(_train_layouts(spec, actor, num_experts, num_layers))
+            engines = list(_rollout_engines(spec, rollout)) if placement != "none" else [None]
+            for lay, recompute, offload in itertools.product(layouts, spec.space.recompute,
+                                                             spec.space.optimizer_offload_fraction):
+                for eng in engines:
+                    run = {"kind": job.get("kind", "rl"), "hardware": spec.hardware,
+                           "model": spec.model.model_dump(exclude_none=True), "gpus": gpus}
+                    train = copy.deepcopy(job.get("train", {}))
+                    train["layout"] = {k: lay[k] for k in ("tp", "pp", "cp", "ep", "etp", "vpp", "dp")}
+                    train["schedule"] = lay["schedule"]
+                    train["recompute"] = recompute
+                    train["optimizer_offload_fraction"] = offload
+                    train["sequence_parallel"] = lay["tp"] > 1
+                    run["train"] = train
+                    if eng is not None:
+                        rl = copy.deepcopy(job.get("rl", {}))
+                        rl.update(placement=placement, actor_gpus=actor, rollout_gpus=rollout)
+                        rl["async"] = is_async
+                        ro = dict(rl.get("rollout", {}))
+                        ro.update(eng)
+                        rl["rollout"] = ro
+                        wu = dict(rl.get("weight_update", {}))
+                        wu["mode"] = "ipc" if placement == "colocated" else "broadcast"
+                        rl["weight_update"] = wu
+                        run["rl"] = rl
+                    yield Candidate(idx, nodes, run)
+                    idx += 1

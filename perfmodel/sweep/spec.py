@@ -1,0 +1,62 @@
+"""The sweep file: what stays fixed (hardware, model, the job) and which layout values the sweep may try."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from perfmodel.spec.loading import parse, read_mapping
+from perfmodel.spec.run import ModelRef
+
+Objective = Literal["step_time", "tokens_per_gpu", "cost"]
+
+
+class SweepSpace(BaseModel):
+    """Values tried for each knob. Defaults cover what Megatron / SGLang users try by hand."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tp: tuple[int, ...] = (1, 2, 4, 8)
+    pp: tuple[int, ...] = (1, 2, 4, 8, 16)
+    cp: tuple[int, ...] = (1, 2)
+    ep: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    etp: tuple[int, ...] = (1,)
+    vpp: tuple[int, ...] = (1, 2)
+    recompute: tuple[Literal["none", "selective", "full"], ...] = ("full", "selective")
+    schedule: tuple[Literal["1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev"], ...] = ("1f1b",)
+    optimizer_offload_fraction: tuple[float, ...] = (0.0, 1.0)
+    placement: tuple[Literal["colocated", "disaggregated"], ...] = ("colocated", "disaggregated")
+    async_: tuple[bool, ...] = Field((False, True), alias="async")
+    rollout_fraction: tuple[float, ...] = (0.25, 0.5, 0.75)  # share of the nodes that roll out (disaggregated)
+    engine_gpus: tuple[int, ...] = (4, 8, 16)
+    engine_ep: tuple[Literal["none", "full"], ...] = ("none", "full")  # SGLang ep 1 or = engine size
+    dp_attention: tuple[bool, ...] = (False, True)
+
+
+class SweepSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    hardware: str
+    model: ModelRef
+    nodes: tuple[int, ...] = Field(..., min_length=1, description="node counts to try")
+    job: dict[str, Any] = Field(..., description="kind, train (without layout) and rl (without placement/GPUs)")
+    space: SweepSpace = SweepSpace()
+    objective: Objective = "step_time"
+    target_step_time_s: float | None = Field(None, gt=0, description="objective cost: cheapest plan under this")
+    gpu_hour_cost: float = Field(1.0, gt=0, description="price of one GPU-hour, for the cost objective")
+
+    @model_validator(mode="after")
+    def _positive_nodes(self) -> SweepSpec:
+        if any(n < 1 for n in self.nodes):
+            raise ValueError("node counts must be >= 1")
+        if self.objective == "cost" and self.target_step_time_s is None:
+            raise ValueError("objective cost needs target_step_time_s")
+        return self
+
+
+def load_sweep_spec(path: str | Path) -> SweepSpec:
+    return parse(SweepSpec, read_mapping(path), str(path))
+
+
+def default_sweep_path() -> Path:
+    return Path(__file__).resolve().parent.parent / "defaults" / "seed-sweep.yaml"
