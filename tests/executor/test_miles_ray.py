@@ -1,0 +1,186 @@
+"""The miles backend's submission path against a real Ray head on loopback.
+
+A real single-node Ray cluster (127.0.0.1 only, temp dir of its own, every port picked free) runs a job whose entry
+point is a stand-in for Miles' `train_async.py`: a tiny script in the test's temp dir that prints Miles-style
+`perf N: {...}` lines for two steps (a test double of the training script, not of Ray). The test checks that
+`run_miles` submits it with the Job SDK, follows the log, and stores two step measurements.
+
+Teardown stops exactly the processes this test started (the `ray start --block` process and its descendants, by
+pid); it never runs `ray stop`, which kills every Ray process on the machine by name.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytest.importorskip("ray.job_submission")
+psutil = pytest.importorskip("psutil")
+
+from executor.backends.miles import run_miles  # noqa: E402
+from perfmodel.spec.loading import parse  # noqa: E402
+from perfmodel.spec.plan import Plan  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+SEED = REPO / "examples" / "seed-mi355x-dsv4.yaml"
+
+FAKE_TRAIN_ASYNC = textwrap.dedent('''
+    """Test double of Miles' train_async.py: logs two steps the way Miles does, then exits."""
+    import logging
+    import sys
+    import time
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
+                        format="[%(asctime)s.%(msecs)03d stand-in] %(filename)s:%(lineno)d - %(message)s")
+    log = logging.getLogger("miles")
+    assert "--rollout-batch-size" in sys.argv and "--num-layers" in sys.argv, sys.argv
+    for step in range(2):
+        log.info("perf %d: %s", step, {"perf/rollout_time": 70.0 + step, "perf/tokens_per_gpu_per_sec": 338.0,
+                                       "rollout/response_len/mean": 3000.0})
+        time.sleep(0.2)
+        log.info("step %d: %s", step, {"train/train_rollout_logprob_abs_diff": 0.09, "train/loss": -0.01})
+        log.info("perf %d: %s", step, {"perf/update_weights_time": 60.0, "perf/log_probs_time": 76.0,
+                                       "perf/actor_train_time": 100.0 + step, "perf/train_wait_time": 150.0,
+                                       "perf/train_time": 180.0, "perf/step_time": 330.0})
+    print("done", flush=True)
+''')
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _free_range(width: int = 64) -> tuple[int, int]:
+    for _ in range(50):
+        lo = random.randrange(30000, 60000 - width)
+        ok = True
+        for p in range(lo, lo + width):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return lo, lo + width - 1
+    raise RuntimeError("no free port range")
+
+
+def _stop_tree(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Stop a process we started and all its descendants, by pid only."""
+    try:
+        root = psutil.Process(proc.pid)
+        procs = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        procs = []
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the session we created for it, if anything is left there
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait(timeout=5)
+
+
+@pytest.fixture
+def ray_head():
+    ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
+    if ray_bin is None:
+        pytest.skip("ray CLI not found")
+    temp_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's unix socket paths must stay < 108 chars
+    dash = _free_port()
+    lo, hi = _free_range()
+    cmd = [ray_bin, "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+           "--port", str(_free_port()), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
+           "--ray-client-server-port", str(_free_port()), "--node-manager-port", str(_free_port()),
+           "--object-manager-port", str(_free_port()), "--metrics-export-port", str(_free_port()),
+           "--dashboard-agent-listen-port", str(_free_port()), "--dashboard-agent-grpc-port", str(_free_port()),
+           "--runtime-env-agent-port", str(_free_port()), "--min-worker-port", str(lo), "--max-worker-port", str(hi),
+           "--num-cpus", "1", "--num-gpus", "0", "--object-store-memory", str(100 * 1024 * 1024),
+           "--disable-usage-stats", "--temp-dir", temp_dir]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}
+    env.pop("RAY_ADDRESS")
+    log_path = Path(temp_dir) / "ray-start.log"
+    log = open(log_path, "w")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    address = f"http://127.0.0.1:{dash}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"ray start exited {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{address}/api/version", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"Ray dashboard did not come up:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield address, Path(temp_dir)
+    finally:
+        _stop_tree(proc)
+        log.close()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+class ListStore:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def add_step(self, *, run_id: str, plan_id: str, backend: str, measurement: dict[str, Any]) -> None:
+        self.rows.append({"run_id": run_id, "plan_id": plan_id, "backend": backend, **measurement})
+
+
+def test_submit_follow_and_parse_on_real_ray(ray_head, tmp_path):
+    address, _ = ray_head
+    miles_root = tmp_path / "miles"
+    miles_root.mkdir()
+    (miles_root / "train_async.py").write_text(FAKE_TRAIN_ASYNC)
+    d = copy.deepcopy(yaml.safe_load(SEED.read_text()))
+    d["executor"]["options"].update(miles_root=str(miles_root), python=sys.executable,
+                                    model_args=["--num-layers", "43"])
+    plan = parse(Plan, d, str(SEED))
+    store = ListStore()
+    t0 = time.monotonic()
+    result = run_miles(plan, str(SEED), ray_address=address, store=store, run_id=f"ray-test-{os.getpid()}",
+                       log_path=tmp_path / "job.log", timeout_s=90, environ={})
+    assert result.status == "SUCCEEDED", (result.status, result.message, (tmp_path / "job.log").read_text()[-2000:])
+    assert time.monotonic() - t0 < 60
+    assert [r["step"] for r in store.rows] == [0, 1]
+    first, second = store.rows
+    assert first["rollout_time_s"] == 70.0 and second["rollout_time_s"] == 71.0
+    assert first["train_time_s"] == 100.0 and second["train_time_s"] == 101.0
+    assert first["log_probs_time_s"] == 76.0 and first["weight_update_time_s"] == 60.0
+    assert first["step_time_s"] == 330.0 and first["train_rollout_logprob_abs_diff"] == 0.09
+    assert all(r["complete"] and r["backend"] == "miles" and r["plan_id"] == "seed-mi355x-dsv4" for r in store.rows)
+    assert "done" in (tmp_path / "job.log").read_text()
