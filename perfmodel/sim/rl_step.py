@@ -15,10 +15,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfmodel.sim.rollout import RolloutResult, sample_response_lengths, simulate_rollout
+from perfmodel.sim.rollout import RolloutResult, simulate_rollout
 from perfmodel.sim.train import TrainStepResult, simulate_train_step
 from perfmodel.sim.trace import Span, pipeline_spans
-from perfmodel.sim.weight_sync import WeightUpdateResult, offload_onload_s, weight_update_time
+from perfmodel.sim.weight_sync import WeightUpdateResult, weight_update_time
 from perfmodel.spec.scenario import Scenario
 
 BREAKDOWN_KEYS = ("rollout", "log_probs", "train_compute", "bubble", "exposed_a2a", "other_comm", "weight_sync",
@@ -57,7 +57,7 @@ class RLStepResult:
     rollout: RolloutResult
     train_side: TrainSide
     weight_update: WeightUpdateResult
-    offload_s: float  # colocated: trainer offload + onload and engine release + resume (0 when disaggregated)
+    offload_s: float  # colocated: engine release + trainer onload between rollout and training (0 otherwise)
     step_time_s: float
     phases_s: dict[str, float]
     breakdown_s: dict[str, float]  # critical-path parts that sum to step_time_s (report stacked bars)
@@ -90,9 +90,8 @@ class RLStepResult:
             "phases_s": self.phases_s,
             "breakdown_s": self.breakdown_s,
             "idle_gpu_s": self.idle_gpu_s,
-            "rollout": {"engines": len(self.rollout.engine_busy_s), "tokens": self.rollout.tokens_generated,
-                        "tail_idle_gpu_s": self.rollout.tail_idle_gpu_s},
-            "weight_update_parts_s": self.weight_update.parts_s,
+            "rollout": self.rollout.to_json(),
+            "weight_update": self.weight_update.to_json(),
             "train_microbatches_per_rank": self.train_side.microbatches_per_rank,
             "train_breakdown_s": self.train_side.train.breakdown_s,
             "exposed_comm_s": self.train_side.train.exposed_comm_s,
@@ -178,22 +177,22 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False) -
     run = scn.run
     rl = run.rl
     assert rl is not None
-    responses = sample_response_lengths(rl.response_tokens, rl.responses_per_step, seed)
-    prompt = int(round(rl.prompt_tokens_mean))
-    lengths = [prompt + int(r) for r in responses]
     rollout = simulate_rollout_side(scn, seed)
+    # Training sees exactly the samples the rollout produced: prompt + response tokens each.
+    prompt = int(round(rl.prompt_tokens_mean))
+    lengths = [prompt + int(r) for r in rollout.response_lengths]
     side = simulate_train_side(scn, lengths, record_trace=record_trace)
     wu = weight_update_time(scn)
     colocated = rl.placement == "colocated"
-    offload = offload_onload_s(scn) if colocated else 0.0
+    offload = wu.after_rollout_s if colocated else 0.0
 
     phases = {
         "rollout": rollout.rollout_time_s,
         "log_probs": side.log_probs_time_s,
         "ref_log_probs": side.ref_log_probs_time_s,
         "train": side.train_time_s,
-        # Miles times "sleep + update weights + wake" together when colocated.
-        "weight_update": wu.total_s + offload,
+        # Miles times "sleep + update weights + wake" together when colocated; wu.total_s is that.
+        "weight_update": wu.total_s,
     }
     train_path = side.total_s
     if rl.async_:
@@ -225,7 +224,7 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False) -
     idle = {
         "pipeline_bubble": tb.get("bubble", 0.0) * actor,
         "all_to_all_stall": tb.get("comm:ep_a2a", 0.0) * actor,
-        "rollout_tail": rollout.tail_idle_gpu_s,
+        "rollout_tail": rollout.idle_tail_gpu_s,
         "weight_sync": wu.total_s * run.gpus,
         "offload": offload * run.gpus,
     }

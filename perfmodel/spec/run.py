@@ -26,7 +26,9 @@ class ModelRef(BaseModel):
         if self.id:
             return self.id
         cfg = self.hf_config or {}
-        return str(cfg.get("_name_or_path") or (cfg.get("architectures") or ["inline"])[0])
+        archs = cfg.get("architectures")
+        arch = archs[0] if isinstance(archs, list) and archs else "inline"
+        return str(cfg.get("_name_or_path") or arch)
 
 
 class RunSpec(BaseModel):

@@ -1,0 +1,312 @@
+"""Weight update from the Megatron trainer to the SGLang engines: `weight_update_time(scn) -> WeightUpdateResult`.
+
+The Miles sequence (dsv4-flash-and-miles.md section 2.6) and how each part is costed:
+
+1. colocated only - **trainer sleep**: torch_memory_saver backs the trainer's BF16 parameters and any GPU-resident
+   optimizer state up to host memory over the host link (gradients are dropped, not copied), plus a fixed cost;
+   **engine wake (weights)**: SGLang re-maps its weight memory before the update (fixed cost).
+2. **pause + flush**: `pause_generation` + `flush_cache` on every engine (fixed cost).
+3. **gather**: every HF tensor is assembled from its TP / EP / PP shards (all-gathers within the training groups). In
+   the colocated CUDA-IPC path every GPU's SGLang rank needs every tensor, so each GPU receives the whole BF16 model
+   (PP broadcast + TP/EP gathers); in the broadcast / disk paths only each pipeline stage's leader gathers its stage.
+4. **quantize** (FP8 rollout only): BF16 -> FP8 with one FP32 scale per 128x128 block, HBM-bound (read 2 B, write
+   1 B + scales per parameter) - on every GPU when colocated, on the stage leaders otherwise.
+5. **transfer**: bucketed (`bucket_mb` of BF16 tensors per bucket; quantized after bucketing, so an FP8 bucket is
+   about half that), costing `buckets x per-bucket fixed cost + BF16 bytes / pipeline rate` (both derived from the
+   GB300 measurements below) plus the link itself: CUDA-IPC - a clone of each flattened bucket into SGLang-owned
+   memory (HBM memcpy); broadcast - NCCL/RCCL broadcast from the stage leaders, every rollout GPU receiving the
+   whole quantized model over the scale-out NIC (or the scale-up fabric when trainer and engines share one domain);
+   disk - write the checkpoint, every engine reads it (documented disk bandwidths, no buckets).
+6. **post-process**: SGLang `post_process_weights` (quant post-processing on the full model): one HBM pass over
+   the rollout weights of each GPU plus a fixed cost; then **resume** (`continue_generation`, and when colocated
+   the KV-cache / CUDA-graph memory wake-up; fixed cost).
+
+After the rollout, colocated runs release the engine memory and onload the trainer (host link back): reported as
+`after_rollout_s`, not in `total_s`.
+
+Bucket calibration (GB300, bobboli/miles experiments/aga_dsv4_flash/EXPERIMENT_LOG_2026-08-10.md, summarised in
+dsv4-flash-and-miles.md section 3.2): colocated CUDA-IPC update of DSV4-Flash (BF16 trainer, FP8 rollout, 32 GB300
+in one NVL72 domain, 8 TP4 engines).
+
+* 256 MiB buckets, 2,130 buckets: steady updates 63.3, 65.4, 66.3, 68.0 s and "updates 2-4 each about 65 s"
+  (first updates 72.4-76.5 s include warm-up and are left out) -> T256 = 65.0 s.
+* 64 MiB buckets, 8,537 buckets: 150.6, 149.8, 151.8 s (first 160 s left out) -> T64 = 150.7 s.
+* Model: T = n x c + B / R. Two equations: c = (T64 - T256) / (8537 - 2130) = 13.4 ms per bucket (software and
+  collective launch cost of one bucket); B / R = T256 - 2130 c = 36.5 s for B = 2130 x 256 MiB = 571.7 GB of BF16
+  tensors -> R = 15.7 GB/s per GPU. T64 / T256 = 2.32: 4x the buckets cost 2.3x the time.
+* R is 57x below the GB300 NVLink (900 GB/s) and ~400x below HBM, so on GB300 the "bandwidth part" is software bound
+  (per-tensor iteration, name mapping, SGLang weight loaders), not link bound. Therefore the default keeps R fixed
+  across hardware and adds the physical link time of the target (gather, broadcast, IPC copy) on top; on GB300
+  that link time is about 1 s, left inside the fit (the model over-predicts the GB300 loop by about 2%).
+  `WeightUpdateParams.scale_pipeline_by_link=True` instead scales R by (target link / GB300 NVLink), as a literal
+  "bandwidth part scales with the link" reading; that makes a 50 GB/s-NIC cluster 18x slower than its NIC allows.
+* 1 GiB buckets: the model gives n x c + B / R (faster than 256 MiB only by the saved bucket costs, ~21 s for
+  DSV4-Flash), but the measured 1 GiB runs stalled (41/533 buckets) - flagged in `risks`.
+
+Not modelled: overlap of gather and send across buckets (Miles runs them one after another), the LoRA adapter path,
+P2P / delta updates, NCCL group setup on the first update (cold updates are ~10% slower than steady ones).
+
+Shared pieces: collectives from `perfmodel.cost.comm` (Megatron group placement), the trainer's GPU bytes from
+`perfmodel.memory.training_memory` (worst pipeline rank) and the rollout weights per GPU from `rollout_memory`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from perfmodel.cost.comm import GroupPlacement, all_gather_s, broadcast_s, group_placement
+from perfmodel.errors import InputError
+from perfmodel.memory import rollout_memory, training_memory
+from perfmodel.spec.hardware import HardwareProfile
+from perfmodel.spec.model import ModelSpec
+from perfmodel.spec.scenario import Scenario
+
+MIB = 2**20
+
+# ---------------------------------------------------------------------------------------------------------------
+# GB300 bucket measurements and the derivation of the per-bucket cost and the pipeline rate
+
+GB300_BUCKET_RUNS: tuple[tuple[float, int, float, str], ...] = (
+    (256.0, 2130, 65.0, "steady updates 63.3 / 65.4 / 66.3 / 68.0 s and 'updates 2-4 each about 65 s' "
+                        "(bobboli/miles aga_dsv4_flash EXPERIMENT_LOG_2026-08-10; dsv4-flash-and-miles.md 3.2)"),
+    (64.0, 8537, 150.7, "steady updates 150.6 / 149.8 / 151.8 s (same log; first update 160 s left out)"),
+)
+GB300_REFERENCE_LINK_BYTES_PER_S = 900.0e9
+"""The link of the measured colocated run: NVLink 5, 900 GB/s per GPU per direction (hwprofiles/gb300.yaml), all 32
+ranks in one NVL72 domain. Used only by `scale_pipeline_by_link=True`."""
+
+
+def bucket_fit(runs: tuple[tuple[float, int, float, str], ...] = GB300_BUCKET_RUNS) -> tuple[float, float]:
+    """(per-bucket seconds, pipeline bytes/s) from two (bucket MiB, buckets, seconds) measurements:
+    T = n c + B / R with B = n x bucket bytes (the same model bytes for both runs)."""
+    (mb1, n1, t1, _), (mb2, n2, t2, _) = runs[:2]
+    c = (t2 - t1) / (n2 - n1)
+    b1 = n1 * mb1 * MIB
+    r = b1 / (t1 - n1 * c)
+    return c, r
+
+
+PER_BUCKET_S, PIPELINE_BYTES_PER_S = bucket_fit()
+
+# ---------------------------------------------------------------------------------------------------------------
+# Fixed costs (assumptions, calibratable through WeightUpdateParams)
+
+PAUSE_FLUSH_S = 0.2
+"""Assumption: `pause_generation` + `flush_cache` are two HTTP calls issued to all engines at once; the scheduler
+stops after its current iteration and frees the radix tree (~0.1 s each)."""
+POST_PROCESS_FIXED_S = 0.5
+"""Assumption: SGLang `post_process_weights` / `end_weight_update` Python work over ~2,000 modules, on top of its
+HBM pass (one read + write of the rollout weights)."""
+RESUME_S = 0.1
+"""Assumption: `continue_generation` HTTP call to all engines."""
+TRAINER_SLEEP_FIXED_S = 0.5
+"""Assumption: torch_memory_saver pause - unmapping the trainer's CUDA virtual-memory allocations (hundreds of GiB,
+2 MiB granules) and the Ray round trip, on top of copying the backed-up tensors to host."""
+ENGINE_WAKE_S = 1.0
+"""Assumption: SGLang `resume_memory_occupation` (weights before the update, KV cache + CUDA-graph buffers after):
+cuMemCreate + cuMemMap of ~100-200 GiB per GPU and re-zeroing the KV metadata."""
+ENGINE_SLEEP_S = 0.5
+"""Assumption: SGLang `release_memory_occupation` after the rollout (unmap, no copy: weights are re-sent)."""
+DISK_WRITE_BYTES_PER_S = 5.0e9
+"""Assumption: aggregate write bandwidth of the shared checkpoint filesystem seen by the trainer's stage leaders
+(a mid-size Lustre / NFS-over-RDMA deployment); calibrate per site."""
+DISK_READ_BYTES_PER_S = 20.0e9
+"""Assumption: aggregate read bandwidth of the same filesystem seen by all engines together."""
+FP8_BLOCK = 128
+"""128 x 128 blocks, one FP32 scale each (DSV4 quantization_config weight_block_size; Miles quantizer_fp8.py)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WeightUpdateParams:
+    per_bucket_s: float = PER_BUCKET_S
+    pipeline_bytes_per_s: float = PIPELINE_BYTES_PER_S
+    scale_pipeline_by_link: bool = False
+    pause_flush_s: float = PAUSE_FLUSH_S
+    post_process_fixed_s: float = POST_PROCESS_FIXED_S
+    resume_s: float = RESUME_S
+    trainer_sleep_fixed_s: float = TRAINER_SLEEP_FIXED_S
+    engine_wake_s: float = ENGINE_WAKE_S
+    engine_sleep_s: float = ENGINE_SLEEP_S
+    disk_write_bytes_per_s: float = DISK_WRITE_BYTES_PER_S
+    disk_read_bytes_per_s: float = DISK_READ_BYTES_PER_S
+
+
+@dataclass(frozen=True, slots=True)
+class WeightUpdateResult:
+    mode: str  # broadcast | ipc | disk
+    placement: str
+    total_s: float  # what Miles times as the update (colocated: trainer sleep + update + engine wake)
+    parts: dict[str, float]  # seconds by part, in order; sums to total_s
+    after_rollout_s: float  # colocated: engine release + trainer onload before training (0 otherwise)
+    after_rollout_parts: dict[str, float]
+    bucket_bytes: float
+    num_buckets: int
+    bf16_bytes: float  # HF tensors as bucketed
+    transferred_bytes: float  # what crosses to the engines (FP8-quantized when the rollout is FP8)
+    trainer_offload_bytes_per_gpu: float
+    per_bucket_s: float
+    pipeline_bytes_per_s: float
+    risks: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict:
+        return {
+            "mode": self.mode, "placement": self.placement, "total_s": self.total_s, "parts": dict(self.parts),
+            "after_rollout_s": self.after_rollout_s, "num_buckets": self.num_buckets,
+            "bucket_bytes": self.bucket_bytes, "bf16_bytes": self.bf16_bytes,
+            "transferred_bytes": self.transferred_bytes, "risks": list(self.risks), "notes": list(self.notes),
+        }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Helpers
+
+
+@dataclass(frozen=True, slots=True)
+class _Params:
+    total: float
+    quantizable: float  # linear weights the FP8 rollout stores in FP8
+    stage_dense: tuple[float, ...]  # non-expert parameters per pipeline rank
+    stage_expert: tuple[float, ...]  # routed-expert parameters per pipeline rank
+
+
+def _params(scn: Scenario) -> _Params:
+    m: ModelSpec = scn.model
+    pp = scn.layout.pp
+    dense = [0.0] * pp
+    expert = [0.0] * pp
+    quant = 0.0
+    i = 0
+    for v, n in enumerate(scn.stage_layers):  # virtual stage v runs on pipeline rank v % pp, in model order
+        for layer in m.layers[i:i + n]:
+            f = layer.ffn
+            q = layer.attention.params()
+            e = f.num_experts * f.mlp_params(f.expert_intermediate_size) if f.kind == "moe" else 0.0
+            q += e + (f.num_shared_experts * f.mlp_params(f.shared_intermediate_size) if f.kind == "moe"
+                      else f.params_total())
+            quant += q
+            expert[v % pp] += e
+            dense[v % pp] += layer.params_total() - e
+        i += n
+    dense[0] += m.embedding_params()
+    dense[-1] += m.lm_head_params() + m.final_params
+    return _Params(float(m.total_params()), quant, tuple(dense), tuple(expert))
+
+
+def _hbm(hw: HardwareProfile) -> float:
+    return hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency
+
+
+def _broadcast_busbw(hw: HardwareProfile, g: GroupPlacement) -> float:
+    """The bandwidth term of `perfmodel.cost.comm.broadcast_s` over `g` (bytes/s, latency removed)."""
+    a, b = 1e12, 2e12
+    return (b - a) / (broadcast_s(hw, b, g) - broadcast_s(hw, a, g))
+
+
+def _span_placement(hw: HardwareProfile, size: int, span_gpus: int) -> GroupPlacement:
+    """`size` ranks spread evenly over `span_gpus` consecutive GPUs: one scale-up domain when the span fits in
+    one, else as many domains as the span covers (a broadcast then runs at the NIC)."""
+    dom = max(1, hw.scale_up_domain_gpus)
+    domains = max(1, -(-span_gpus // dom))
+    if domains == 1 or size == 1:
+        return GroupPlacement(size, size)
+    return GroupPlacement(size, max(1, min(size - 1, -(-size // domains))))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) -> WeightUpdateResult:
+    """Time of one trainer -> engines weight update, by part (see the module docstring)."""
+    wp = params or WeightUpdateParams()
+    rl = scn.run.rl
+    if rl is None:
+        raise InputError("", "rl", "weight_update_time needs an rl: section (kind: rl)")
+    hw = scn.hardware
+    lay = scn.layout
+    mode, placement = rl.weight_update.mode, rl.placement
+    colocated = placement == "colocated"
+    fp8 = rl.rollout.precision == "fp8"
+    p = _params(scn)
+    bucket = rl.weight_update.bucket_mb * MIB
+    bf16 = 2.0 * p.total
+    wq = 1.0 + 4.0 / FP8_BLOCK**2
+    xfer = (p.quantizable * wq + (p.total - p.quantizable) * 2.0) if fp8 else bf16
+    stage_bytes = [2.0 * (d + e) for d, e in zip(p.stage_dense, p.stage_expert)]
+    # Miles buckets the HF tensors of one pipeline stage at a time
+    n_buckets = 0 if mode == "disk" else sum(math.ceil(b / bucket) for b in stage_bytes if b > 0)
+    every_gpu_gets_all = colocated and mode == "ipc"
+
+    parts: dict[str, float] = {}
+    after: dict[str, float] = {}
+    offload_bytes = 0.0
+    if colocated:
+        tm = training_memory(scn)  # worst pipeline rank: BF16 weights + GPU-resident optimizer state
+        offload_bytes = tm.weights_bytes + tm.optimizer_bytes
+        host = hw.host_link_bytes_per_s * hw.host_link_efficiency
+        parts["trainer_sleep_s"] = wp.trainer_sleep_fixed_s + offload_bytes / host
+        parts["engine_wake_weights_s"] = wp.engine_wake_s / 2
+        after["engine_sleep_s"] = wp.engine_sleep_s
+        after["trainer_onload_s"] = offload_bytes / host
+    parts["pause_flush_s"] = wp.pause_flush_s
+
+    # Gather out of the shards (BF16): dense tensors over TP, routed experts over EP, the largest stage sets it.
+    tp_g, ep_g, pp_g = (group_placement(scn, k) for k in ("tp", "ep", "pp"))
+    gather = max(all_gather_s(hw, 2.0 * d, tp_g) + all_gather_s(hw, 2.0 * e, ep_g)
+                 for d, e in zip(p.stage_dense, p.stage_expert))
+    if every_gpu_gets_all:  # and every GPU receives the other stages' tensors (PP broadcast)
+        gather += broadcast_s(hw, bf16 * (1.0 - 1.0 / lay.pp), pp_g)
+    parts["gather_s"] = gather
+
+    if fp8:  # read BF16, write FP8 + one FP32 scale per block; all of it on every GPU when colocated
+        quant_params = p.quantizable if every_gpu_gets_all else p.quantizable / lay.pp
+        parts["quantize_s"] = quant_params * (2.0 + wq) / _hbm(hw)
+    else:
+        parts["quantize_s"] = 0.0
+
+    # Transfer: per-bucket fixed cost + software pipeline + the link.
+    if mode == "ipc":
+        link = 2.0 * xfer / _hbm(hw)  # clone of every flattened bucket into SGLang-owned memory (read + write)
+        link_bw = _broadcast_busbw(hw, pp_g) if lay.pp > 1 else _hbm(hw)
+    elif mode == "broadcast":
+        span = rl.actor_gpus + rl.rollout_gpus if not colocated else rl.rollout_gpus
+        g = _span_placement(hw, rl.rollout_gpus + 1, span)  # a stage leader + every rollout GPU
+        link = broadcast_s(hw, xfer, g)  # every rollout GPU receives the whole model; stages stream in parallel
+        link_bw = _broadcast_busbw(hw, g)
+    else:  # disk: the stage leaders write the checkpoint, every engine reads all of it
+        engines = rl.rollout_gpus // rl.rollout.engine_gpus
+        link = xfer / wp.disk_write_bytes_per_s + engines * xfer / wp.disk_read_bytes_per_s
+        link_bw = hw.nic_bytes_per_s * hw.collective_bus_efficiency_scale_out
+    pipe_rate = wp.pipeline_bytes_per_s
+    if wp.scale_pipeline_by_link:
+        pipe_rate *= link_bw / GB300_REFERENCE_LINK_BYTES_PER_S
+    parts["bucket_fixed_s"] = n_buckets * wp.per_bucket_s
+    parts["pipeline_s"] = bf16 / pipe_rate
+    parts["link_s"] = link
+
+    rollout_weights = rollout_memory(scn).weights_bytes
+    parts["post_process_s"] = wp.post_process_fixed_s + 2.0 * rollout_weights / _hbm(hw)
+    parts["resume_s"] = wp.resume_s + (wp.engine_wake_s / 2 if colocated else 0.0)
+
+    risks: list[str] = []
+    mb = rl.weight_update.bucket_mb
+    if mb >= 1024:
+        risks.append(f"{mb:.0f} MiB buckets: the GB300 colocated DSV4-Flash runs with 1 GiB buckets stalled "
+                     "(41/533 buckets) and were cancelled; the time shown assumes it completes")
+    if every_gpu_gets_all and mb > 64:
+        risks.append("colocated IPC needs free memory for a BF16 bucket and its flattened copy on every GPU; GB300 "
+                     "BF16 runs OOMed at the 130 MiB flattened FP8 bucket of a 256 MiB update with SGLang at "
+                     "mem_fraction_static 0.6-0.7")
+    if mb < 64:
+        risks.append("buckets under 64 MiB: the per-bucket cost dominates (64 MiB already costs 2.3x the 256 MiB "
+                     "time on GB300)")
+    notes = [f"per-bucket {wp.per_bucket_s * 1e3:.1f} ms and pipeline {wp.pipeline_bytes_per_s / 1e9:.1f} GB/s "
+             "from the GB300 256 / 64 MiB measurements"
+             + (" (pipeline scaled by the link)" if wp.scale_pipeline_by_link else "")]
+    return WeightUpdateResult(
+        mode=mode, placement=placement, total_s=sum(parts.values()), parts=parts, after_rollout_s=sum(after.values()),
+        after_rollout_parts=after, bucket_bytes=bucket, num_buckets=n_buckets, bf16_bytes=bf16,
+        transferred_bytes=xfer, trainer_offload_bytes_per_gpu=offload_bytes, per_bucket_s=wp.per_bucket_s,
+        pipeline_bytes_per_s=pipe_rate, risks=tuple(risks), notes=tuple(notes),
+    )
