@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-COMMAND_MODULES: tuple[str, ...] = ("perfmodel.sim.command", "perfmodel.sweep.command")
+COMMAND_MODULES: tuple[str, ...] = ("perfmodel.sim.command", "perfmodel.sweep.command", "perfmodel.report.capacity")
 
 
 def register_all(sub: argparse._SubParsersAction) -> None:

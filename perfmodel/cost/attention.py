@@ -1,0 +1,150 @@
+"""Attention blocks (GQA/MHA, MLA, DeepSeek-V4 hybrid) as work lists for one GPU and one micro-batch.
+
+Flash-style cost: core FLOPs = 2 x (QK^T + PV) over the keys each query sees (causal pairs, capped by a
+sliding window, plus compressed entries for DSV4), split over TP heads and CP query shards; K/V are read once.
+See `layers.py` for the shared conventions (backward factors, sharding, recompute).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from perfmodel.cost.compute import dtype_bytes
+from perfmodel.cost.work import (
+    ACT_BYTES,
+    FP32_BYTES,
+    INDEXER_BWD_FACTOR,
+    Builder,
+    Shard,
+    Work,
+    cp_exchange,
+    tp_block,
+)
+from perfmodel.spec.model import AttentionSpec
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Keys per query
+
+
+@lru_cache(maxsize=256)
+def mean_keys_per_query(
+    seq_len: int, window: int = 0, ratio: int = 0, topk: int = 0, include_window: bool = True
+) -> float:
+    """Mean number of keys a causal query attends to, over positions 0..seq_len-1: min(i+1, window) raw keys
+    (all i+1 when window is 0) plus the compressed entries visible at i (floor((i+1)/ratio)), capped at topk
+    when the entries are selected sparsely. include_window=False counts only the compressed part."""
+    pos = np.arange(1, seq_len + 1, dtype=np.float64)
+    raw = np.minimum(pos, window) if window else pos
+    keys = raw if include_window else np.zeros_like(pos)
+    if ratio:
+        comp = np.floor(pos / ratio)
+        keys = keys + (np.minimum(comp, topk) if topk else comp)
+    return float(keys.mean())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Attention
+
+
+def _gqa(b: Builder, a: AttentionSpec, s: Shard) -> None:
+    h, tp, prec = a.hidden_size, s.tp, s.precision
+    hl = a.num_heads / tp
+    kvl = a.num_kv_heads / tp if a.num_kv_heads >= tp else 1.0
+    d, dv = a.head_dim, a.v_head_dim
+    rows = s.t_cp
+    b.gemm("qkv", rows, hl * d + kvl * (d + dv), h, dtype=prec)
+    rope = rows * (hl + kvl) * d * ACT_BYTES * 2
+    b.mem("rope", rope * (2 if a.qk_norm else 1), kernels=2 if a.qk_norm else 1)
+    keys = mean_keys_per_query(s.seq_len, a.sliding_window)
+    flops = 2.0 * rows * keys * hl * (d + dv)
+    nbytes = (rows * hl * (d + dv) + s.tokens * kvl * (d + dv)) * ACT_BYTES
+    b.attn("core_attention", flops, nbytes)
+    b.gemm("o_proj", rows, h, hl * dv, dtype=prec)
+    tp_block(b, s, h)
+    kv_full = s.tokens * kvl * (d + dv) * ACT_BYTES
+    if a.sliding_window and a.sliding_window * s.cp < s.seq_len:
+        kv_full = min(kv_full, s.cp * s.sequences * a.sliding_window * kvl * (d + dv) * ACT_BYTES)
+    cp_exchange(b, s, kv_full)
+
+
+def _mla(b: Builder, a: AttentionSpec, s: Shard) -> None:
+    h, tp, prec = a.hidden_size, s.tp, s.precision
+    hl = a.num_heads / tp
+    r, c, rope, dqk, dv = a.q_lora_rank, a.kv_lora_rank, a.qk_rope_head_dim, a.head_dim, a.v_head_dim
+    down_rows = s.t_sp  # duplicated down projections on the sequence-parallel rows
+    rows = s.t_cp
+    if r:
+        b.gemm("q_a", down_rows, r, h, dtype=prec)
+        b.gemm("q_b", rows, hl * dqk, r, dtype=prec)
+    else:
+        b.gemm("q", rows, hl * dqk, h, dtype=prec)
+    b.gemm("kv_a", down_rows, c + rope, h, dtype=prec)
+    b.mem("latent_norms", down_rows * (r + c) * ACT_BYTES * 2, kernels=2)
+    b.gemm("kv_b", rows, hl * (dqk - rope + dv), c, dtype=prec)
+    b.mem("rope", rows * (hl + 1) * rope * ACT_BYTES * 2)
+    keys = mean_keys_per_query(s.seq_len, a.sliding_window)
+    flops = 2.0 * rows * keys * hl * (dqk + dv)
+    nbytes = (rows * hl * (dqk + dv) + s.tokens * hl * (dqk + dv)) * ACT_BYTES
+    b.attn("core_attention", flops, nbytes)
+    b.gemm("o_proj", rows, h, hl * dv, dtype=prec)
+    latent = (r + c + rope) * ACT_BYTES if s.sequence_parallel else None
+    tp_block(b, s, h, latent)
+    cp_exchange(b, s, s.tokens * hl * (dqk + dv) * ACT_BYTES)
+
+
+def _dsv4(b: Builder, a: AttentionSpec, s: Shard) -> None:
+    """DeepSeek-V4 hybrid attention (dsv4-flash-and-miles.md 1.3): one latent KV head of dim head_dim shared
+    by all heads (MQA), a raw sliding window on every layer, plus CSA (ratio 4: compressor + lightning indexer
+    + top-k sparse attention) or HCA (ratio 128: dense over the compressed entries); grouped output projection."""
+    h, tp, prec = a.hidden_size, s.tp, s.precision
+    hl = a.num_heads / tp
+    hd, r, ratio, w = a.head_dim, a.q_lora_rank, a.compress_ratio, a.sliding_window
+    rows = s.t_cp
+    b.gemm("wq_a", rows, r, h, dtype=prec)
+    b.gemm("wq_b", rows, hl * hd, r, dtype=prec)
+    b.gemm("wkv", rows, hd, h, dtype=prec)
+    b.mem("q_kv_norms", rows * (r + hd) * ACT_BYTES * 2, kernels=2)
+    b.mem("rope", rows * (hl + 1) * a.qk_rope_head_dim * ACT_BYTES * 2)
+    kv_entries = s.tokens  # latent KV rows (window source)
+    cp_bytes = s.cp * s.sequences * w * hd * ACT_BYTES  # window boundary from the neighbouring rank
+    if ratio:
+        coff = 2 if ratio == 4 else 1  # overlapping windows for ratio 4 (model.py _compressor_params)
+        b.gemm("compressor_kv_gate", rows, coff * hd, h, batch=2, dtype=prec)
+        b.mem("compressor_pool", rows * 2 * coff * hd * ACT_BYTES + rows / ratio * hd * ACT_BYTES)
+        kv_entries = s.tokens / ratio
+        cp_bytes += s.tokens / ratio * hd * ACT_BYTES
+    topk = a.index_topk if a.has_indexer else 0
+    if a.has_indexer:
+        ih, ihd = a.index_n_heads, a.index_head_dim
+        idt = "fp8" if s.precision == "fp8" else "bf16"
+        b.gemm("indexer_wq_b", rows, ih * ihd, r, dtype=prec)
+        b.gemm("indexer_weights", rows, ih, h, dtype=prec)
+        b.gemm("indexer_compressor", rows, 2 * ihd, h, batch=2, dtype=prec)
+        b.mem("indexer_compressor_pool", rows * 4 * ihd * ACT_BYTES + rows / ratio * ihd * ACT_BYTES)
+        keys_idx = mean_keys_per_query(s.seq_len, 0, ratio, 0, include_window=False)
+        q = dtype_bytes(idt)
+        flops = 2.0 * rows * keys_idx * ih * (ihd + 1)  # q.k per index head, then the weighted sum over heads
+        nbytes = rows * ih * ihd * q + s.tokens / ratio * ihd * q + rows * keys_idx * FP32_BYTES * 2 + rows * topk * 4
+        b.attn("indexer_scores_topk", flops, nbytes, idt, INDEXER_BWD_FACTOR, core=False)
+        cp_bytes += s.tokens / ratio * ihd * ACT_BYTES
+    keys = mean_keys_per_query(s.seq_len, w, ratio, topk)
+    flops = 2.0 * rows * keys * hl * (hd + hd)  # QK^T and PV over the shared 512-dim latent
+    # KV entries read once per CP rank's pass and reused from L2 across neighbouring queries (FlashMLA's
+    # sparse kernels run compute-bound), plus the gathered indices.
+    nbytes = rows * hl * hd * 2 * ACT_BYTES + kv_entries * hd * ACT_BYTES + rows * topk * 4
+    b.attn("core_attention", flops, nbytes)
+    groups_local = a.o_groups / tp  # wo_a is one GEMM per output group; TP splits the groups
+    batch = max(1, int(groups_local))
+    b.gemm("wo_a", rows, a.o_lora_rank, hl * hd / batch, batch=batch, dtype=prec)
+    b.gemm("wo_b", rows, h, groups_local * a.o_lora_rank, dtype=prec)
+    tp_block(b, s, h)
+    cp_exchange(b, s, cp_bytes)
+
+
+def attention_work(a: AttentionSpec, s: Shard) -> Work:
+    b = Builder()
+    {"gqa": _gqa, "mla": _mla, "dsv4": _dsv4}[a.kind](b, a, s)
+    return b.build()

@@ -1,0 +1,107 @@
+"""Kernel times on a roofline: GEMMs, flash-attention cores and memory-bound kernels (SI units).
+
+A kernel takes the longer of its compute time (FLOPs at the dtype's peak times an efficiency) and its HBM time
+(bytes at the profile's HBM bandwidth times `hbm_efficiency`). The GEMM efficiency comes from the profile's
+saturating curve `gemm_curve(dtype).efficiency(flops)`, whose `half_flops` encodes the fixed per-kernel cost,
+so small GEMMs fall off the peak on their own.
+"""
+
+from __future__ import annotations
+
+from perfmodel.spec.hardware import HardwareProfile
+
+BYTES_PER_ELEMENT: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
+LOW_PRECISION = ("fp8", "fp4")
+
+# Fixed cost of one launched kernel that is not a GEMM (norms, activations, permutes): the Primus projection's
+# kernel_launch_latency 2.8 us (hardware.md 2e, S4 collective_args.py); the GEMM curves carry their own.
+KERNEL_OVERHEAD_S = 2.8e-6
+
+# Flash attention runs below a GEMM of the same FLOPs. Forward: FlashAttention-3 reaches "up to 740 TFLOPs/s
+# (75% utilization)" in BF16 on H100 (Shah et al. 2024, arXiv 2407.08608, abstract) where the best H100 BF16
+# GEMM reaches 80.3% (hardware.md 2a, MAMF 794.5/989): 0.75/0.80 = 0.93, rounded down to 0.9. Backward:
+# assumption 0.7 of the GEMM rate (flash backward recomputes the scores and runs five matmuls with more
+# synchronisation; FlashAttention-2, Dao 2023, arXiv 2307.08691 section 4, reports backward below forward
+# throughput). Both are calibration targets, not measurements of this hardware.
+ATTENTION_FWD_REL_EFFICIENCY = 0.9
+ATTENTION_BWD_REL_EFFICIENCY = 0.7
+
+
+def dtype_bytes(dtype: str) -> float:
+    return BYTES_PER_ELEMENT[dtype]
+
+
+def gemm_flops(m: float, n: float, k: float, batch: int = 1) -> float:
+    """FLOPs of `batch` GEMMs C[m, n] = A[m, k] @ B[k, n] (one multiply-add = 2 FLOPs)."""
+    return 2.0 * m * n * k * batch
+
+
+def gemm_hbm_bytes(
+    m: float, n: float, k: float, dtype: str, batch: int = 1, out_bytes_per_element: float = 2.0
+) -> float:
+    """HBM bytes of `batch` GEMMs: A (activations) and B (weights) read once, C written once.
+
+    FP8/FP4 GEMMs in training still keep activations in BF16: the A operand is read in BF16 by a quantize
+    kernel that writes the low-precision copy, which the GEMM reads again (TransformerEngine's cast-then-GEMM
+    path); the weights are quantized once per optimizer step and cached across micro-batches (TE's
+    `is_first_microbatch` weight caching), so they cost their low-precision size only; C comes out in BF16.
+    """
+    if dtype in LOW_PRECISION:
+        q = dtype_bytes(dtype)
+        a = m * k * (2.0 + q + q)  # read BF16, write quantized copy, GEMM reads it
+        b = k * n * q
+    else:
+        a = m * k * dtype_bytes(dtype)
+        b = k * n * dtype_bytes(dtype)
+    c = m * n * out_bytes_per_element
+    return (a + b + c) * batch
+
+
+def memory_bound_time_s(hw: HardwareProfile, nbytes: float, kernels: int = 0) -> float:
+    """Time to stream `nbytes` through HBM at hbm_bandwidth x hbm_efficiency, plus a fixed cost per kernel."""
+    if nbytes <= 0 and kernels <= 0:
+        return 0.0
+    return nbytes / (hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency) + kernels * KERNEL_OVERHEAD_S
+
+
+def compute_time_s(hw: HardwareProfile, flops: float, dtype: str, rel_efficiency: float = 1.0) -> float:
+    """FLOPs at peak(dtype) x gemm_curve(dtype).efficiency(flops) x rel_efficiency; one kernel of `flops`."""
+    if flops <= 0:
+        return 0.0
+    eff = hw.gemm_curve(dtype).efficiency(flops) * rel_efficiency
+    return flops / (hw.peak(dtype) * eff)
+
+
+def gemm_time_s(
+    hw: HardwareProfile,
+    m: float,
+    n: float,
+    k: float,
+    dtype: str,
+    batch: int = 1,
+    *,
+    out_bytes_per_element: float = 2.0,
+) -> float:
+    """Roofline time of `batch` same-shape GEMMs [m, k] @ [k, n] (a grouped GEMM when batch > 1):
+    max(FLOPs / (peak(dtype) x curve.efficiency(FLOPs of one GEMM)), bytes / (hbm_bw x hbm_efficiency)).
+
+    The efficiency is that of one GEMM of the group: grouped MoE GEMMs with few rows per expert run well
+    below the large-GEMM rate (tile and wave quantisation), which the curve's fall-off stands in for.
+    """
+    if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
+        return 0.0
+    one = gemm_flops(m, n, k)
+    eff = hw.gemm_curve(dtype).efficiency(one)
+    compute = one * batch / (hw.peak(dtype) * eff)
+    nbytes = gemm_hbm_bytes(m, n, k, dtype, batch, out_bytes_per_element)
+    return max(compute, memory_bound_time_s(hw, nbytes))
+
+
+def attention_time_s(
+    hw: HardwareProfile, flops: float, nbytes: float, dtype: str = "bf16", backward: bool = False
+) -> float:
+    """A fused attention kernel (flash style): GEMM-like compute at a lower relative efficiency, or HBM."""
+    if flops <= 0 and nbytes <= 0:
+        return 0.0
+    rel = ATTENTION_BWD_REL_EFFICIENCY if backward else ATTENTION_FWD_REL_EFFICIENCY
+    return max(compute_time_s(hw, flops, dtype, rel), memory_bound_time_s(hw, nbytes))

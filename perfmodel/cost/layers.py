@@ -1,0 +1,210 @@
+"""Per-layer forward work of one micro-batch on one GPU: GEMMs, fused kernels and the collectives inside.
+
+`layer_work(model, layer, shard, imbalance)` lists what one GPU runs for one decoder layer; `embedding_work`,
+`head_work` and `mtp_work` cover the ends of the pipeline. `stage.py` turns the lists into times.
+
+Conventions (documented once here):
+- Backward of a weight GEMM = its input-gradient GEMM (B) + its weight-gradient GEMM (W), each with the forward
+  FLOPs: 2 x forward in all, split evenly for zero-bubble schedules.
+- Attention cores are flash kernels: backward = 2.5 x the forward FLOPs and bytes (five matmuls instead of two,
+  the scores recomputed; FlashAttention-2, arXiv 2307.08691, backward pass, whose benchmarks count backward
+  FLOPs as 2.5 x forward), all in B. The DSV4 lightning
+  indexer's backward = 2 x (two matmul gradients, no score recompute; it is trained, DeepSeek-V3.2 tech
+  report section 2.1).
+- Memory-bound kernels: backward streams 2 x the forward bytes (read the saved input and the output gradient,
+  write the input gradient); counted in B.
+- Sharding: TP splits heads and FFN columns (Megatron column/row parallel); the GEMMs then see every token of
+  this CP rank. Sequence parallel splits norms, residuals, mHC mixing and the MoE token path over TP ranks
+  (Megatron asserts sequence parallel for MoE with TP > 1, megatron/training/arguments.py, so MoE tokens
+  are split whenever tp > 1). CP
+  splits the sequence: each rank computes 1/cp of the causal attention pairs (load-balanced CP) and exchanges
+  K/V. EP/ETP split experts; the busiest EP rank processes `imbalance` x the mean rows.
+- Latent/low-rank down projections (MLA q_a, kv_a) are duplicated on every TP rank and run on the
+  sequence-parallel rows, then their small latents are all-gathered (Megatron MLA). DSV4's KV side (wq_a,
+  wkv, compressors, the indexer) is taken as duplicated on every TP rank over all rows of the CP rank, after
+  an all-gather of the hidden state (assumption: no public Megatron DSV4 TP layout was found).
+- FP8 training runs the transformer-layer linears in FP8; attention cores, the router, embedding and LM head
+  stay BF16 (TransformerEngine defaults); the DSV4 indexer scores in FP8 only when training in FP8 (the
+  reference inference kernel is FP8; Miles simulates FP8 on BF16 training, dsv4-flash-and-miles.md 1.3).
+"""
+
+from __future__ import annotations
+
+from perfmodel.cost.attention import attention_work, mean_keys_per_query
+from perfmodel.cost.compute import dtype_bytes
+from perfmodel.cost.flops import head_model_flops_fwd, layer_model_flops_fwd, model_flops_per_token
+from perfmodel.cost.work import (
+    ACT_BYTES,
+    CE_BWD_BYTES_PER_LOGIT,
+    CE_FWD_BYTES_PER_LOGIT,
+    FP32_BYTES,
+    Builder,
+    CommOp,
+    Gemm,
+    Kernel,
+    Shard,
+    Work,
+    tp_block,
+)
+from perfmodel.spec.model import FFNSpec, LayerSpec, ModelSpec
+
+__all__ = [
+    "CommOp", "Gemm", "Kernel", "Shard", "Work", "attention_work", "embedding_work", "ffn_work", "forward_work",
+    "hc_work", "head_work", "layer_work", "mean_keys_per_query", "model_flops_per_token", "mtp_work",
+]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# FFN
+
+
+def _mlp(b: Builder, name: str, f: FFNSpec, intermediate: float, s: Shard, rows: float) -> None:
+    """A TP-split dense MLP (column-parallel up, row-parallel down) on `rows` tokens."""
+    il = intermediate / s.tp
+    up = 2 * il if f.gated else il
+    b.gemm(f"{name}_fc1", rows, up, f.hidden_size, dtype=s.precision)
+    b.mem(f"{name}_act", rows * (up + il) * ACT_BYTES)
+    b.gemm(f"{name}_fc2", rows, f.hidden_size, il, dtype=s.precision)
+    tp_block(b, s, f.hidden_size)
+
+
+def ffn_work(f: FFNSpec, s: Shard, imbalance: float = 1.0) -> Work:
+    b = Builder()
+    h = f.hidden_size
+    if f.kind == "dense":
+        _mlp(b, "mlp", f, f.intermediate_size, s, s.t_cp)
+        return b.build()
+    t = s.t_moe
+    b.gemm("router", t, f.num_experts, h)
+    b.mem("router_softmax_topk", t * f.num_experts * FP32_BYTES * 2)
+    imb = imbalance if s.ep > 1 else 1.0
+    disp = t * f.top_k * h  # elements in this GPU's send buffer (one copy per (token, expert) pair)
+    if s.ep > 1:
+        b.comm("ep_a2a", "all_to_all", disp * dtype_bytes(s.precision) * imb, "fwd")  # dispatch
+        b.comm("ep_a2a", "all_to_all", disp * ACT_BYTES * imb, "fwd")  # combine
+        b.comm("ep_a2a", "all_to_all", disp * ACT_BYTES * imb, "bwd")
+        b.comm("ep_a2a", "all_to_all", disp * ACT_BYTES * imb, "bwd")
+    rows = t * f.top_k * imb * s.etp  # expert rows on the busiest GPU after dispatch (and the ETP gather)
+    if s.etp > 1:
+        nbytes = rows * h * ACT_BYTES
+        for op in ("all_gather", "reduce_scatter"):
+            b.comm("etp", op, nbytes, "fwd")
+            b.comm("etp", op, nbytes, "bwd")
+    b.mem("permute_unpermute", (3 * f.top_k + 1) * t * h * ACT_BYTES + 2 * rows * h * ACT_BYTES, kernels=4)
+    local = f.num_experts // s.ep
+    il = f.expert_intermediate_size / s.etp
+    up = 2 * il if f.gated else il
+    b.gemm("experts_fc1", rows / local, up, h, batch=local, dtype=s.precision)
+    b.mem("experts_act", rows * (up + il) * ACT_BYTES)
+    b.gemm("experts_fc2", rows / local, h, il, batch=local, dtype=s.precision)
+    if f.num_shared_experts:
+        _mlp(b, "shared", f, f.num_shared_experts * f.shared_intermediate_size, s, s.t_cp)
+    return b.build()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# mHC, norms, whole layers
+
+
+def hc_work(model: ModelSpec, s: Shard) -> Work:
+    """mHC (hc_mult = n streams) around both sublayers of a layer, as Miles's fused TileKernels mhc_pre /
+    mhc_post (dsv4-flash-and-miles.md 1.5). Per sublayer, over rows x n x hidden:
+      pre  -- read the n streams once for the [n*h -> (2+n)n] coefficient projection and RMS (small GEMM, FP32
+              weights), Sinkhorn-normalise the n x n mixing matrix per token in registers
+              (hc_sinkhorn_iters iterations x ~4 n^2 FLOPs), write the coefficients;
+      mix  -- read the streams again, write the mixed sublayer input (hidden);
+      post -- read the sublayer output and the streams, write the n new streams.
+    Memory-bound; 3 kernels per sublayer."""
+    n = model.hc_mult
+    if n <= 1:
+        return Work()
+    b = Builder()
+    h, rows = model.hidden_size, s.t_sp
+    streams = rows * n * h * ACT_BYTES
+    for sub in ("attn", "ffn"):
+        coef = rows * ((2 + n) * n) * FP32_BYTES
+        flops = 2.0 * rows * n * h * (2 + n) * n + rows * model.hc_sinkhorn_iters * 4 * n * n
+        b.mem(f"hc_pre_{sub}", streams + coef, flops)
+        b.mem(f"hc_mix_{sub}", streams + coef + rows * h * ACT_BYTES, 2.0 * rows * n * h)
+        b.mem(f"hc_post_{sub}", rows * h * ACT_BYTES + 2 * streams + coef, 2.0 * rows * n * h * (n + 1))
+    return b.build()
+
+
+def _norms_residuals(model: ModelSpec, s: Shard) -> Work:
+    b = Builder()
+    h, rows = model.hidden_size, s.t_sp
+    b.mem("norms", 2 * rows * h * ACT_BYTES * 2, kernels=2)
+    if model.hc_mult <= 1:
+        b.mem("residual_adds", 2 * rows * h * ACT_BYTES * 3, kernels=2)
+    return b.build()
+
+
+def layer_work(model: ModelSpec, layer: LayerSpec, s: Shard, imbalance: float = 1.0, mtp: bool = False) -> Work:
+    """Forward work of one decoder layer (or MTP layer body) on one GPU for one micro-batch."""
+    w = hc_work(model, s) + _norms_residuals(model, s) + attention_work(layer.attention, s)
+    w = w + ffn_work(layer.ffn, s, imbalance)
+    mf = layer_model_flops_fwd(model, layer, s.seq_len, mtp=mtp) * s.tokens / (s.tp * s.cp)
+    return Work(w.gemms, w.kernels, w.comms, mf)
+
+
+def embedding_work(model: ModelSpec, s: Shard) -> Work:
+    """Vocab-parallel embedding lookup on every token of this CP rank, reduced over TP (reduce-scatter under
+    sequence parallel, else all-reduce); backward a scatter-add into the FP32 main gradient (W)."""
+    b = Builder()
+    h, rows = model.hidden_size, s.t_cp
+    b.mem("embedding_lookup", rows * h * ACT_BYTES * 2 * (2 if model.learned_positions else 1))
+    if model.hc_mult > 1:
+        b.mem("hc_expand", s.t_sp * model.hc_mult * h * ACT_BYTES)
+    # backward only: read the gradient rows (BF16), read-modify-write FP32 main_grad rows
+    b.mem("embedding_grad", 0.0, kernels=1, bwd_bytes=rows * h * (ACT_BYTES + 2 * FP32_BYTES), bwd_weight=True)
+    if s.tp > 1:
+        op = "reduce_scatter" if s.sequence_parallel else "all_reduce"
+        b.comm("tp", op, rows * h * ACT_BYTES, "fwd")
+        if s.sequence_parallel:
+            b.comm("tp", "all_gather", rows * h * ACT_BYTES, "bwd")
+    return b.build()
+
+
+def head_work(model: ModelSpec, s: Shard) -> Work:
+    """Final norm (DSV4: fold the mHC streams first), LM head GEMM on the vocab shard, vocab-parallel
+    cross-entropy (three small all-reduces over TP: max, sum-exp, target logit)."""
+    b = Builder()
+    h, n = model.hidden_size, model.hc_mult
+    if n > 1:
+        b.mem("hc_head", s.t_sp * (n * h + h) * ACT_BYTES, 2.0 * s.t_sp * n * h * n)
+    b.mem("final_norm", s.t_sp * h * ACT_BYTES * 2)
+    vl = model.vocab_size / s.tp
+    rows = s.t_cp
+    b.gemm("lm_head", rows, vl, h)
+    b.mem("cross_entropy", rows * vl * CE_FWD_BYTES_PER_LOGIT, 5.0 * rows * vl, kernels=4, bwd_factor=0.4,
+          bwd_bytes=rows * vl * CE_BWD_BYTES_PER_LOGIT)
+    if s.tp > 1:
+        if s.sequence_parallel:
+            b.comm("tp", "all_gather", rows * h * ACT_BYTES, "fwd")
+            b.comm("tp", "reduce_scatter", rows * h * ACT_BYTES, "bwd")
+        else:
+            b.comm("tp", "all_reduce", rows * h * ACT_BYTES, "bwd")
+        for _ in range(3):
+            b.comm("tp", "all_reduce", rows * FP32_BYTES, "fwd")
+    return b.build(head_model_flops_fwd(model, 0) * s.tokens / (s.tp * s.cp))
+
+
+def mtp_work(model: ModelSpec, layer: LayerSpec, s: Shard, imbalance: float = 1.0) -> Work:
+    """One MTP module on the last stage: embed the shifted tokens, norm both inputs, project [emb; hidden]
+    (2h -> h; DSV4's e_proj + h_proj has the same FLOPs), one decoder layer, its own LM head and loss."""
+    b = Builder()
+    h = model.hidden_size
+    b.mem("mtp_norms", 2 * s.t_sp * h * ACT_BYTES * 2, kernels=2)
+    b.gemm("mtp_eh_proj", s.t_sp, h, 2 * h, dtype=s.precision)
+    pre = embedding_work(model, s) + b.build()
+    body = layer_work(model, layer, s, imbalance, mtp=True)
+    head = head_work(model, s)
+    return pre + body + head
+
+
+def forward_work(model: ModelSpec, layers: tuple[LayerSpec, ...], s: Shard) -> Work:
+    """Hardware work of a stack of layers with balanced routing (a convenience for checks and reports)."""
+    w = Work()
+    for layer in layers:
+        w = w + layer_work(model, layer, s)
+    return w

@@ -1,0 +1,313 @@
+"""The interface the simulator uses: the cost of one micro-batch through one virtual pipeline stage, pipeline
+p2p, data-parallel gradient sync and the optimizer step.
+
+Communication inside a chunk is reported as exposed time by kind ("tp", "cp", "ep_a2a", and "etp" when
+etp > 1): TP collectives are exposed, as Megatron without --tp-comm-overlap; EP all-to-alls are exposed (a
+schedule that overlaps them, DualPipe or 1F1B A2A overlap, hides them itself); CP K/V exchange runs under the
+attention kernel (TransformerEngine ring attention), so only what exceeds the layer's attention time counts.
+Recompute replays the forward work before the backward: "selective" = the core attention only (Megatron
+--recompute-granularity selective, core_attn), "full" = every decoder layer of the chunk (embedding and head
+are not recomputed); the replayed collectives are added to `bwd_comm_s`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from perfmodel.cost.comm import GroupPlacement, collective_s, group_placement, placement_from_stride, send_recv_s
+from perfmodel.cost.compute import attention_time_s, gemm_time_s, memory_bound_time_s
+from perfmodel.cost.layers import (
+    ACT_BYTES,
+    Kernel,
+    Shard,
+    Work,
+    embedding_work,
+    head_work,
+    layer_work,
+    mtp_work,
+)
+from perfmodel.cost.moe import MoEAssumptions, layer_imbalance
+from perfmodel.cost.params import stage_params
+from perfmodel.spec.hardware import HardwareProfile
+from perfmodel.spec.model import LayerSpec
+from perfmodel.spec.scenario import Scenario
+
+COMM_KINDS = ("tp", "cp", "ep_a2a", "etp")
+GRAD_BYTES = 4.0  # FP32 gradient reduction: Megatron forces accumulate_allreduce_grads_in_fp32 for bf16
+# (megatron/training/arguments.py: "bfloat16 requires gradient accumulation and all-reduce to be done in fp32")
+PARAM_GATHER_BYTES = 2.0  # BF16 model parameters all-gathered by the distributed optimizer / FSDP
+# Megatron DDP bucket: max(40M, 1M x data-parallel size) parameters per bucket
+# (megatron/core/distributed/distributed_data_parallel.py); one collective call per bucket.
+BUCKET_MIN_PARAMS = 40e6
+BUCKET_PARAMS_PER_DP_RANK = 1e6
+WGRAD_OUT_BYTES = 8.0  # weight-gradient GEMMs accumulate into the FP32 main_grad (read + write 4 B), Megatron
+# gradient_accumulation_fusion default
+ADAM_BYTES_PER_PARAM = 30.0  # read FP32 param, grad, m, v (16 B); write param, m, v (12 B) + BF16 param (2 B):
+# Primus optimizer.py _ADAM_BYTES_PER_PARAM, the byte count behind its measured 0.21 HBM efficiency (S4)
+# Host Adam with optimizer CPU offload: Megatron-core distributed optimizer with offload_fraction 1.0 took 15.5 s
+# per optimizer step for Qwen3.5-35B-A3B on 2 nodes x 8 H100 (ISEEKYAN/Megatron-LM issue #188, 2026-08-24,
+# "Megatron distopt" column), about 35e9 / 2 / 15.5 = 1.1e9 parameters per second per node, D2H/H2D included.
+HOST_ADAM_PARAMS_PER_S_PER_NODE = 1.1e9
+OFFLOAD_COPY_BYTES_PER_PARAM = 6.0  # FP32 gradient down (4 B), BF16 parameter up (2 B)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkCost:
+    """One micro-batch through one virtual pipeline stage, on one GPU of that stage.
+    Cached and shared between callers: treat it (and its dicts) as read-only."""
+
+    fwd_compute_s: float
+    bwd_input_s: float  # backward for activations (B)
+    bwd_weight_s: float  # backward for weights (W); B + W = the full backward
+    recompute_s: float  # forward replayed before the backward under the recompute mode
+    fwd_comm_s: dict[str, float]  # communication inside the chunk by kind: "tp", "cp", "ep_a2a" (+ "etp")
+    bwd_comm_s: dict[str, float]
+    model_flops: float  # model FLOPs (fwd + bwd, no recompute) of this chunk on this GPU
+    p2p_bytes: float  # activation bytes sent to the next stage (DSV4: [s, b, hc_mult, h])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Timing a Work list
+
+
+@dataclass
+class _Times:
+    fwd: float = 0.0
+    bwd_in: float = 0.0
+    bwd_w: float = 0.0
+    core_fwd: float = 0.0
+    fwd_comm: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(COMM_KINDS, 0.0))
+    bwd_comm: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(COMM_KINDS, 0.0))
+
+    def add(self, o: _Times) -> None:
+        self.fwd += o.fwd
+        self.bwd_in += o.bwd_in
+        self.bwd_w += o.bwd_w
+        self.core_fwd += o.core_fwd
+        for k in COMM_KINDS:
+            self.fwd_comm[k] += o.fwd_comm[k]
+            self.bwd_comm[k] += o.bwd_comm[k]
+
+
+def _kernel_time(hw: HardwareProfile, k: Kernel, backward: bool) -> float:
+    flops, nbytes = (k.bwd_flops, k.bwd_hbm_bytes) if backward else (k.flops, k.hbm_bytes)
+    if flops <= 0 and nbytes <= 0:
+        return 0.0
+    if k.kind == "attn":
+        return attention_time_s(hw, flops, nbytes, k.dtype, backward)
+    return memory_bound_time_s(hw, nbytes, k.kernels)
+
+
+def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement]) -> _Times:
+    t = _Times()
+    for g in w.gemms:
+        t.fwd += gemm_time_s(hw, g.m, g.n, g.k, g.dtype, g.batch)
+        t.bwd_in += gemm_time_s(hw, g.m, g.k, g.n, g.dtype, g.batch)  # dX = dY W^T
+        t.bwd_w += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch, out_bytes_per_element=WGRAD_OUT_BYTES)
+    attn_fwd = attn_bwd = 0.0
+    for k in w.kernels:
+        f, b = _kernel_time(hw, k, False), _kernel_time(hw, k, True)
+        t.fwd += f
+        if k.bwd_weight:
+            t.bwd_w += b
+        else:
+            t.bwd_in += b
+        if k.kind == "attn":
+            attn_fwd += f
+            attn_bwd += b
+        if k.core_attention:
+            t.core_fwd += f
+    overlapped = {"fwd": 0.0, "bwd": 0.0}
+    for c in w.comms:
+        dt = collective_s(hw, c.op, c.nbytes, places[c.kind])
+        if c.overlaps_attention:
+            overlapped[c.phase] += dt
+        else:
+            (t.fwd_comm if c.phase == "fwd" else t.bwd_comm)[c.kind] += dt
+    t.fwd_comm["cp"] += max(0.0, overlapped["fwd"] - attn_fwd)
+    t.bwd_comm["cp"] += max(0.0, overlapped["bwd"] - attn_bwd)
+    return t
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Scenario helpers
+
+
+def chunk_layers(scn: Scenario, virtual_stage: int) -> tuple[LayerSpec, ...]:
+    n = len(scn.stage_layers)
+    if not 0 <= virtual_stage < n:
+        raise ValueError(f"virtual stage {virtual_stage} outside 0..{n - 1}")
+    start = sum(scn.stage_layers[:virtual_stage])
+    return scn.model.layers[start : start + scn.stage_layers[virtual_stage]]
+
+
+def shard_of(scn: Scenario, tokens: float, seq_len: int) -> Shard:
+    lay, t = scn.layout, scn.train
+    return Shard(tokens, seq_len, lay.tp, lay.cp, lay.ep, lay.etp, t.sequence_parallel and lay.tp > 1, t.precision)
+
+
+def _places(scn: Scenario) -> dict[str, GroupPlacement]:
+    out = {k: group_placement(scn, k) for k in ("tp", "cp", "ep", "etp")}
+    out["ep_a2a"] = out.pop("ep")
+    return out
+
+
+def _freeze(v: Any) -> Any:
+    if isinstance(v, dict):
+        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
+    return v
+
+
+def _hw_key(hw: HardwareProfile) -> tuple:
+    return tuple(_freeze(getattr(hw, f.name)) for f in dataclasses.fields(hw) if f.name != "sources")
+
+
+_CHUNK_CACHE: dict[tuple, ChunkCost] = {}
+_CHUNK_CACHE_MAX = 4096
+
+
+def chunk_cost(scn: Scenario, virtual_stage: int, tokens: int, seq_len: int,
+               moe: MoEAssumptions | None = None) -> ChunkCost:
+    """tokens = tokens in this micro-batch over all CP ranks (micro_batch x seq_len for fixed batching);
+    seq_len = the length of each of its sequences (attention cost ~ tokens x seq_len; for a packed batch of
+    unequal sequences pass sum(s_i^2) / sum(s_i)). Virtual stage 0 includes the embedding, the last virtual
+    stage the final norm, LM head, loss and MTP. `moe` carries the routing assumptions (balance factor, Zipf
+    exponent, seed, per-MoE-layer host overhead); results are cached by everything they depend on."""
+    moe = moe or MoEAssumptions()
+    layers = chunk_layers(scn, virtual_stage)
+    first, last = virtual_stage == 0, virtual_stage == len(scn.stage_layers) - 1
+    key = (_hw_key(scn.hardware), scn.model, scn.train, layers, first, last, float(tokens), seq_len, moe)
+    hit = _CHUNK_CACHE.get(key)
+    if hit is not None:
+        return hit
+    cost = _chunk_cost(scn, layers, first, last, tokens, seq_len, moe)
+    if len(_CHUNK_CACHE) >= _CHUNK_CACHE_MAX:
+        _CHUNK_CACHE.clear()
+    _CHUNK_CACHE[key] = cost
+    return cost
+
+
+def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last: bool, tokens: float,
+                seq_len: int, moe: MoEAssumptions) -> ChunkCost:
+    hw, m = scn.hardware, scn.model
+    s = shard_of(scn, tokens, seq_len)
+    places = _places(scn)
+    recompute = scn.train.recompute
+    total = _Times()
+    recompute_s = 0.0
+    replay = dict.fromkeys(COMM_KINDS, 0.0)
+    model_flops_fwd = 0.0
+
+    def imbalance(layer: LayerSpec) -> float:
+        return layer_imbalance(layer.ffn, m.vocab_size, s.ep, s.ep * s.t_moe, moe)
+
+    def add_layer(w: Work, moe_layer: bool) -> None:
+        nonlocal recompute_s, model_flops_fwd
+        t = time_work(hw, w, places)
+        if moe_layer and moe.layer_host_overhead_s > 0:
+            t.fwd += moe.layer_host_overhead_s
+            t.bwd_in += moe.layer_host_overhead_s
+        total.add(t)
+        model_flops_fwd += w.model_flops_fwd
+        if recompute == "full":
+            recompute_s += t.fwd
+            for k in COMM_KINDS:
+                replay[k] += t.fwd_comm[k]
+        elif recompute == "selective":
+            recompute_s += t.core_fwd
+            replay["cp"] += t.fwd_comm["cp"]
+
+    if first:
+        w = embedding_work(m, s)
+        total.add(time_work(hw, w, places))
+    for layer in layers:
+        add_layer(layer_work(m, layer, s, imbalance(layer)), layer.ffn.kind == "moe")
+    if last:
+        w = head_work(m, s)
+        total.add(time_work(hw, w, places))
+        model_flops_fwd += w.model_flops_fwd
+        for layer in m.mtp_layers:
+            w = mtp_work(m, layer, s, imbalance(layer))
+            total.add(time_work(hw, w, places))
+            model_flops_fwd += w.model_flops_fwd
+    bwd_comm = {k: total.bwd_comm[k] + replay[k] for k in COMM_KINDS}
+    keep = {k for k in COMM_KINDS if k != "etp" or s.etp > 1}
+    p2p = 0.0 if last else s.t_sp * m.hidden_size * max(1, m.hc_mult) * ACT_BYTES
+    return ChunkCost(
+        fwd_compute_s=total.fwd,
+        bwd_input_s=total.bwd_in,
+        bwd_weight_s=total.bwd_w,
+        recompute_s=recompute_s,
+        fwd_comm_s={k: v for k, v in total.fwd_comm.items() if k in keep},
+        bwd_comm_s={k: v for k, v in bwd_comm.items() if k in keep},
+        model_flops=3.0 * model_flops_fwd,
+        p2p_bytes=p2p,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Between stages, data parallel, optimizer
+
+
+def p2p_time_s(scn: Scenario, nbytes: float) -> float:
+    """One activation (or gradient) send between adjacent pipeline stages: TP x CP x DP ranks apart in
+    Megatron's order, so inside the scale-up domain only when that stride fits in it."""
+    if scn.layout.pp <= 1 or nbytes <= 0:
+        return 0.0
+    stride = scn.layout.tp * scn.layout.cp * scn.dp
+    same = placement_from_stride(scn.hardware, 2, stride).intra
+    return send_recv_s(scn.hardware, nbytes, same)
+
+
+def _bucketed(hw: HardwareProfile, op: str, params: float, bytes_per_param: float, g: GroupPlacement) -> float:
+    if params <= 0 or g.size <= 1:
+        return 0.0
+    bucket = max(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP_RANK * g.size)
+    n = max(1, -(-int(params) // int(bucket)))
+    return n * collective_s(hw, op, params * bytes_per_param / n, g)  # type: ignore[arg-type]
+
+
+def dp_grad_sync_s(scn: Scenario, stage: int) -> tuple[float, float]:
+    """(grad_sync_s, param_gather_s) per optimizer step for one GPU of pipeline stage `stage`: dense
+    gradients reduced over dp x cp, expert gradients over expert_dp, in FP32 buckets; reduce-scatter with the
+    distributed optimizer or FSDP, else all-reduce. Param gather: one all-gather of BF16 parameters per step
+    for the distributed optimizer; FSDP gathers for the forward and again for the backward of every
+    micro-batch (2 x num_microbatches; ZeRO-3 style, no parameter caching across micro-batches)."""
+    hw, t = scn.hardware, scn.train
+    p = stage_params(scn, stage)
+    dense_g, expert_g = group_placement(scn, "dp_cp"), group_placement(scn, "expert_dp")
+    sharded = t.distributed_optimizer or t.fsdp
+    op = "reduce_scatter" if sharded else "all_reduce"
+    grad = _bucketed(hw, op, p.dense, GRAD_BYTES, dense_g) + _bucketed(hw, op, p.expert, GRAD_BYTES, expert_g)
+    gather = 0.0
+    if sharded:
+        gather = _bucketed(hw, "all_gather", p.dense, PARAM_GATHER_BYTES, dense_g)
+        gather += _bucketed(hw, "all_gather", p.expert, PARAM_GATHER_BYTES, expert_g)
+        if t.fsdp:
+            gather *= 2 * scn.num_microbatches
+    return grad, gather
+
+
+def optimizer_params_per_gpu(scn: Scenario, stage: int) -> float:
+    """Parameters whose Adam step this GPU runs (its shard under the distributed optimizer or FSDP)."""
+    p = stage_params(scn, stage)
+    if scn.train.distributed_optimizer or scn.train.fsdp:
+        return p.dense / (scn.dp * scn.layout.cp) + p.expert / scn.expert_dp
+    return p.dense + p.expert
+
+
+def optimizer_step_s(scn: Scenario, stage: int) -> float:
+    """Adam over the local shard: HBM-bound at optimizer_hbm_efficiency; the offloaded fraction runs on the
+    host at the measured CPU rate (shared by the node's GPUs), overlapped with its host-link copies."""
+    hw = scn.hardware
+    n = optimizer_params_per_gpu(scn, stage)
+    f = scn.train.optimizer_offload_fraction
+    gpu = (1 - f) * n * ADAM_BYTES_PER_PARAM / (hw.hbm_bandwidth_bytes_per_s * hw.optimizer_hbm_efficiency)
+    if f <= 0:
+        return gpu
+    host_rate = HOST_ADAM_PARAMS_PER_S_PER_NODE / max(1, hw.gpus_per_node)
+    host = f * n / host_rate
+    copies = f * n * OFFLOAD_COPY_BYTES_PER_PARAM / (hw.host_link_bytes_per_s * hw.host_link_efficiency)
+    return gpu + max(host, copies)

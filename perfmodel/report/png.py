@@ -1,0 +1,78 @@
+"""PNG export of report figures through kaleido (>= 1.0), which drives a local Chrome / Chromium.
+
+Kaleido finds Debian's `chromium` on PATH (or the browser named by BROWSER_PATH). One browser session renders all
+figures: starting it costs seconds, each image then takes a fraction of that. MathJax is off, so nothing is
+fetched from a CDN; plotly.js comes from the installed plotly package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+from perfmodel.errors import InputError
+
+PNG_WIDTH = 1200
+
+
+def export_pngs(figures: dict[str, Any], png_dir: str | Path, width: int = PNG_WIDTH,
+                timeout_s: float = 120.0) -> list[Path]:
+    """Write each figure as `png_dir/<name>.png` in one kaleido session. Returns the paths written."""
+    out = Path(png_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(str(out), "--png", "is a file; give a folder for the PNG images")
+    try:
+        import kaleido
+    except ImportError:
+        raise InputError(str(out), "--png", "PNG export needs kaleido >= 1.0: pip install 'kaleido>=1.0' "
+                         "(or pip install 'perfmodel[report]')") from None
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    paths = []
+    for name, fig in figures.items():
+        p = out / f"{name}.png"
+        height = int(fig.layout.height or 500)
+        jobs.append({"fig": fig, "path": str(p), "opts": {"format": "png", "width": width, "height": height}})
+        paths.append(p)
+    if not jobs:
+        return []
+
+    async def render() -> None:
+        async with kaleido.Kaleido(n=1, mathjax=False, timeout=timeout_s) as k:
+            await k.write_fig_from_object(jobs, cancel_on_error=True)
+
+    try:
+        _run(render())
+    except Exception as err:  # noqa: BLE001 - kaleido / choreographer raise many kinds; say which and how to fix
+        if type(err).__name__ == "ChromeNotFoundError":
+            raise InputError(str(out), "--png", "kaleido found no Chrome/Chromium: install Debian's chromium "
+                             "(apt-get install chromium) or set BROWSER_PATH=/path/to/chromium") from None
+        raise
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise RuntimeError(f"kaleido did not write {', '.join(map(str, missing))}")
+    return paths
+
+
+def _run(coro: Any) -> None:
+    """asyncio.run, or in a helper thread when an event loop already runs here (Jupyter)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(coro)
+        return
+    err: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            asyncio.run(coro)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            err.append(e)
+
+    t = threading.Thread(target=target, name="kaleido-export")
+    t.start()
+    t.join()
+    if err:
+        raise err[0]

@@ -1,0 +1,127 @@
+"""Collectives: busbw conventions, xGMI mesh vs NVSwitch, hierarchical cross-node all-reduce, placement."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfmodel.cost.comm import (
+    GroupPlacement,
+    all_gather_s,
+    all_reduce_s,
+    all_to_all_s,
+    bus_bandwidth_bytes_per_s,
+    group_placement,
+    placement_from_stride,
+    reduce_scatter_s,
+    send_recv_s,
+)
+from perfmodel.spec.case import ValidationCase
+from perfmodel.spec.hardware import load_hardware
+from perfmodel.spec.scenario import build_scenario
+
+GIB = 2**30
+
+
+def _busbw(hw, op, fn, nbytes, g):
+    t = fn(hw, nbytes, g) - (hw.collective_latency_scale_up_s if g.intra else hw.collective_latency_scale_out_s)
+    return bus_bandwidth_bytes_per_s(op, nbytes, g.size, t)
+
+
+def test_busbw_conventions():
+    hw = load_hardware("mi355x")
+    g = GroupPlacement(8, 8)
+    lat = hw.collective_latency_scale_up_s
+    bus = 7 * hw.scale_up_link_bytes_per_s * hw.collective_bus_efficiency_scale_up
+    b = 1 * GIB
+    assert all_reduce_s(hw, b, g) == pytest.approx(lat + 2 * 7 / 8 * b / bus)
+    assert all_gather_s(hw, b, g) == pytest.approx(lat + 7 / 8 * b / bus)
+    assert reduce_scatter_s(hw, b, g) == pytest.approx(lat + 7 / 8 * b / bus)
+    a2a = 7 * hw.scale_up_link_bytes_per_s * hw.all_to_all_efficiency_scale_up
+    assert all_to_all_s(hw, b, g) == pytest.approx(lat + 7 / 8 * b / a2a)
+    # the busbw of the modelled all-reduce is the effective bus bandwidth
+    assert _busbw(hw, "all_reduce", all_reduce_s, b, g) == pytest.approx(bus)
+    assert all_reduce_s(hw, b, GroupPlacement(1, 1)) == 0.0
+
+
+def test_xgmi_tp2_is_one_link_hardware_md_2c():
+    """hardware.md 2c: 8xMI300X all-reduce 4 GiB busbw 312.9 GB/s; 2 of 8 MI300X 47.7 GB/s ("6.5x slower")."""
+    hw = load_hardware("mi300x")
+    tp8 = _busbw(hw, "all_reduce", all_reduce_s, 4 * GIB, GroupPlacement(8, 8))
+    tp2 = _busbw(hw, "all_reduce", all_reduce_s, 4 * GIB, GroupPlacement(2, 2))
+    assert tp8 == pytest.approx(312.9e9, rel=0.05)
+    assert tp2 == pytest.approx(47.7e9, rel=0.10)
+    assert tp2 == pytest.approx(tp8 / 7)  # one of seven links
+    assert 5.5 < tp8 / tp2 < 7.5
+
+
+def test_nvswitch_gives_every_group_the_full_bandwidth():
+    hw = load_hardware("h100-sxm")
+    tp2 = _busbw(hw, "all_reduce", all_reduce_s, 4 * GIB, GroupPlacement(2, 2))
+    tp8 = _busbw(hw, "all_reduce", all_reduce_s, 4 * GIB, GroupPlacement(8, 8))
+    assert tp2 == pytest.approx(tp8)
+    # same GPU count, same message: on the mesh TP2 is much slower than on the switch relative to TP8
+    mesh = load_hardware("mi355x")
+    r_mesh = all_reduce_s(mesh, GIB, GroupPlacement(2, 2)) / all_reduce_s(mesh, GIB, GroupPlacement(8, 8))
+    r_switch = all_reduce_s(hw, GIB, GroupPlacement(2, 2)) / all_reduce_s(hw, GIB, GroupPlacement(8, 8))
+    assert r_mesh > 3 and r_switch < 1
+
+
+def test_hierarchical_cross_node_all_reduce():
+    hw = load_hardware("mi355x")
+    b = 1 * GIB
+    g = GroupPlacement(16, 8)  # 2 nodes x 8 GPUs
+    intra = 7 * hw.scale_up_link_bytes_per_s * hw.collective_bus_efficiency_scale_up
+    nic = hw.nic_bytes_per_s * hw.collective_bus_efficiency_scale_out
+    expected = hw.collective_latency_scale_out_s + 2 * 7 / 8 * b / intra + 2 * 1 / 2 * (b / 8) / nic
+    assert all_reduce_s(hw, b, g) == pytest.approx(expected)
+    flat_ring_over_nics = 2 * 15 / 16 * b / nic
+    assert all_reduce_s(hw, b, g) < flat_ring_over_nics / 3
+    # one rank per node: a plain ring over the NICs
+    g1 = GroupPlacement(4, 1)
+    assert all_reduce_s(hw, b, g1) == pytest.approx(hw.collective_latency_scale_out_s + 2 * 3 / 4 * b / nic)
+    assert all_reduce_s(hw, b, g) > all_reduce_s(hw, b, GroupPlacement(8, 8))
+
+
+def test_all_to_all_across_nodes_is_nic_bound():
+    hw = load_hardware("mi355x")
+    b = 256e6
+    intra = all_to_all_s(hw, b, GroupPlacement(8, 8))
+    inter = all_to_all_s(hw, b, GroupPlacement(16, 8))
+    assert inter > 3 * intra
+    nic = hw.nic_bytes_per_s * hw.all_to_all_efficiency_scale_out
+    assert inter == pytest.approx(hw.collective_latency_scale_out_s + 8 / 16 * b / nic)
+
+
+def test_send_recv_link_choice():
+    mesh, switch = load_hardware("mi355x"), load_hardware("h100-sxm")
+    b = 100e6
+    assert send_recv_s(mesh, b, True) == pytest.approx(
+        mesh.collective_latency_scale_up_s + b / (mesh.scale_up_link_bytes_per_s * mesh.collective_bus_efficiency_scale_up))
+    assert send_recv_s(switch, b, True) < send_recv_s(switch, b, False)
+
+
+def test_placement_from_stride():
+    hw = load_hardware("mi355x")  # 8-GPU xGMI domains
+    assert placement_from_stride(hw, 8, 1) == GroupPlacement(8, 8)
+    assert placement_from_stride(hw, 4, 2) == GroupPlacement(4, 4)
+    assert placement_from_stride(hw, 4, 8) == GroupPlacement(4, 1)
+    assert placement_from_stride(hw, 16, 1) == GroupPlacement(16, 8)
+    nvl72 = load_hardware("gb300")
+    assert placement_from_stride(nvl72, 8, 4).intra  # 32 GPUs fit one 72-GPU NVLink domain
+
+
+def test_group_placement_follows_megatron_order(rl_case_dict):
+    d = rl_case_dict
+    d["hardware"] = "mi355x"
+    d["gpus"] = 64
+    d["rl"]["actor_gpus"] = d["rl"]["rollout_gpus"] = 64
+    d["train"]["layout"] = {"tp": 2, "cp": 2, "pp": 4, "ep": 8, "etp": 1, "vpp": 1, "dp": 4}
+    scn = build_scenario(ValidationCase.model_validate(d))
+    assert group_placement(scn, "tp") == GroupPlacement(2, 2)
+    assert group_placement(scn, "cp") == GroupPlacement(2, 2)  # stride 2
+    assert group_placement(scn, "dp") == GroupPlacement(4, 2)  # stride 4: two per node
+    assert group_placement(scn, "dp_cp") == GroupPlacement(8, 4)
+    assert group_placement(scn, "pp") == GroupPlacement(4, 1)  # stride 16: one stage per two nodes
+    assert group_placement(scn, "ep") == GroupPlacement(8, 8)
+    assert group_placement(scn, "etp") == GroupPlacement(1, 1)
+    assert group_placement(scn, "expert_dp") == GroupPlacement(2, 1)  # stride 8

@@ -1,0 +1,70 @@
+"""GEMM and memory-bound roofline limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfmodel.cost.compute import (
+    KERNEL_OVERHEAD_S,
+    attention_time_s,
+    gemm_flops,
+    gemm_hbm_bytes,
+    gemm_time_s,
+    memory_bound_time_s,
+)
+from perfmodel.spec.hardware import load_hardware
+
+
+@pytest.fixture(scope="module")
+def hw():
+    return load_hardware("mi355x")
+
+
+def test_large_gemm_reaches_max_efficiency(hw):
+    m = n = k = 16384
+    t = gemm_time_s(hw, m, n, k, "bf16")
+    achieved = gemm_flops(m, n, k) / t / hw.peak("bf16")
+    assert achieved == pytest.approx(hw.gemm_curve("bf16").max_efficiency, rel=0.002)
+
+
+def test_small_gemm_is_memory_bound(hw):
+    # a GEMV-like shape: 33 MFLOP over 33 MB of weights
+    t = gemm_time_s(hw, 1, 4096, 4096, "bf16")
+    assert t == pytest.approx(memory_bound_time_s(hw, gemm_hbm_bytes(1, 4096, 4096, "bf16")))
+    assert gemm_flops(1, 4096, 4096) / t < 0.01 * hw.peak("bf16")
+
+
+def test_tiny_gemm_pays_the_fixed_cost(hw):
+    # far below half_flops the curve leaves ~half_flops / (peak x max) per kernel (a few microseconds)
+    t = gemm_time_s(hw, 64, 64, 64, "bf16")
+    c = hw.gemm_curve("bf16")
+    assert t == pytest.approx(c.half_flops / (hw.peak("bf16") * c.max_efficiency), rel=0.01)
+    assert 1e-6 < t < 10e-6
+
+
+def test_fp8_faster_for_large_gemm_but_moves_more_activation_bytes(hw):
+    assert gemm_time_s(hw, 8192, 8192, 8192, "fp8") < gemm_time_s(hw, 8192, 8192, 8192, "bf16")
+    # activations stay BF16 and are quantized first: the A operand costs more bytes in FP8 than in BF16
+    a_bf16 = gemm_hbm_bytes(8192, 1, 8192, "bf16") - gemm_hbm_bytes(8192, 1, 0, "bf16")
+    a_fp8 = gemm_hbm_bytes(8192, 1, 8192, "fp8") - gemm_hbm_bytes(8192, 1, 0, "fp8")
+    assert a_fp8 > a_bf16
+
+
+def test_grouped_gemm_runs_at_one_group_efficiency(hw):
+    one = gemm_time_s(hw, 256, 4096, 2048, "bf16")
+    assert gemm_time_s(hw, 256, 4096, 2048, "bf16", batch=32) == pytest.approx(32 * one, rel=1e-9)
+    assert gemm_time_s(hw, 256 * 32, 4096, 2048, "bf16") < 32 * one  # one big GEMM is more efficient
+
+
+def test_memory_bound_time(hw):
+    assert memory_bound_time_s(hw, 0) == 0.0
+    nbytes = 6e9
+    assert memory_bound_time_s(hw, nbytes) == pytest.approx(nbytes / (hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency))
+    assert memory_bound_time_s(hw, nbytes, kernels=2) == pytest.approx(memory_bound_time_s(hw, nbytes) + 2 * KERNEL_OVERHEAD_S)
+
+
+def test_attention_kernel_is_slower_than_a_gemm_of_equal_flops(hw):
+    flops = 1e12
+    g = flops / (hw.peak("bf16") * hw.gemm_curve("bf16").efficiency(flops))
+    assert attention_time_s(hw, flops, 0.0) > g
+    assert attention_time_s(hw, flops, 0.0, backward=True) > attention_time_s(hw, flops, 0.0)

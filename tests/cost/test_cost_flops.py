@@ -1,0 +1,49 @@
+"""Model FLOPs per token: the Megatron-Bridge convention against its published numbers (hardware.md 3e)."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfmodel.cost.flops import model_flops_per_token
+from perfmodel.spec.model import load_model
+
+# (model, seq_len, tokens/s/GPU, model TFLOP/s/GPU) from Megatron-Bridge performance-summary (S17)
+PUBLISHED = [
+    ("llama3-8b", 8192, 30624, 1576),  # DGX-B200 FP8-CS
+    ("llama3-8b", 8192, 14451, 744),  # DGX-H100
+    ("llama3-70b", 8192, 1602, 719),  # DGX-H100
+    ("llama3.1-405b", 8192, 661, 1667),  # DGX-B200
+    ("llama3.1-405b", 8192, 292, 737),  # DGX-H100
+    ("deepseek-v3", 4096, 2139, 557),  # DGX-B200 FP8-MX
+    ("qwen3-30b-a3b", 4096, 9299, 214),  # DGX-B200
+    ("qwen3-30b-a3b", 4096, 5275, 121),  # DGX-H100
+    ("qwen3-235b-a22b", 4096, 3269, 484),  # DGX-B200
+    ("gpt-oss-120b", 4096, 8213, 223),  # DGX-B200 BF16
+    ("gpt-oss-120b", 4096, 5630, 153),  # DGX-H100
+]
+
+
+@pytest.mark.parametrize(("model_id", "seq_len", "tokens_per_s", "tflops"), PUBLISHED)
+def test_reproduces_megatron_bridge_model_tflops(model_id, seq_len, tokens_per_s, tflops):
+    published = tflops * 1e12 / tokens_per_s
+    assert model_flops_per_token(load_model(model_id), seq_len) == pytest.approx(published, rel=0.05)
+
+
+def test_llama3_8b_is_six_params_plus_attention():
+    m = load_model("llama3-8b")
+    s = 8192
+    body = sum(layer.params_active() - layer.norm_params for layer in m.layers)
+    head = m.vocab_size * m.hidden_size
+    attention = 32 * 2 * 2 * (s / 2) * 32 * 128  # layers x (QK + PV) x 2 FLOP x s/2 causal keys x q dims
+    forward = 2 * (body + head) + attention
+    assert model_flops_per_token(m, s) == pytest.approx(3 * forward, rel=1e-3)
+
+
+def test_attention_term_grows_with_sequence():
+    m = load_model("llama3-8b")
+    assert model_flops_per_token(m, 16384) > model_flops_per_token(m, 8192)
+
+
+def test_mtp_counted_for_deepseek():
+    m = load_model("deepseek-v3")
+    assert model_flops_per_token(m, 4096) > model_flops_per_token(m, 4096, include_mtp=False)
