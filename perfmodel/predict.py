@@ -6,6 +6,7 @@ The one place that maps simulator results onto metric names (step_time_s, tokens
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,14 +77,15 @@ class RunResult:
         if self.rl is not None:
             out |= self.rl.to_json()
         if self.memory is not None:
-            out["memory"] = self.memory.to_json() if hasattr(self.memory, "to_json") else self.memory
+            out["memory"] = {k: v for k, v in dataclasses.asdict(self.memory).items()} | {
+                "fits": self.memory.fits}
         return out
 
 
-def simulate_scenario(scn: Scenario, record_trace: bool = False) -> RunResult:
+def simulate_scenario(scn: Scenario, record_trace: bool = False, memory: Any = None) -> RunResult:
     from perfmodel.memory import training_memory
 
-    memory = training_memory(scn)
+    memory = memory if memory is not None else training_memory(scn)
     if scn.run.kind == "rl":
         from perfmodel.sim.rl_step import simulate_rl_step
 

@@ -31,7 +31,7 @@ from perfmodel.cost.layers import (
 from perfmodel.cost.moe import MoEAssumptions, layer_imbalance
 from perfmodel.cost.params import stage_params
 from perfmodel.spec.hardware import HardwareProfile
-from perfmodel.spec.model import LayerSpec
+from perfmodel.spec.model import LayerSpec, ModelSpec
 from perfmodel.spec.scenario import Scenario
 
 COMM_KINDS = ("tp", "cp", "ep_a2a", "etp")
@@ -160,8 +160,40 @@ def _freeze(v: Any) -> Any:
     return v
 
 
+_HW_KEYS: dict[int, tuple[HardwareProfile, tuple]] = {}
+
+
 def _hw_key(hw: HardwareProfile) -> tuple:
-    return tuple(_freeze(getattr(hw, f.name)) for f in dataclasses.fields(hw) if f.name != "sources")
+    """Every number of the profile (calibration included), computed once per profile object."""
+    hit = _HW_KEYS.get(id(hw))
+    if hit is not None and hit[0] is hw:
+        return hit[1]
+    key = tuple(_freeze(getattr(hw, f.name)) for f in dataclasses.fields(hw) if f.name != "sources")
+    _HW_KEYS[id(hw)] = (hw, key)
+    return key
+
+
+_TRAIN_KEYS: dict[int, tuple[Any, tuple]] = {}
+
+
+def _train_key(scn: Scenario) -> tuple:
+    """What of the scenario a chunk's cost depends on besides its layers (hashing the pydantic spec is slow, so
+    the tuple is kept per spec object)."""
+    t = scn.train
+    hit = _TRAIN_KEYS.get(id(t))
+    if hit is not None and hit[0] is t:
+        return hit[1]
+    lay = t.layout
+    key = (t.precision, t.recompute, t.sequence_parallel, lay.tp, lay.cp, lay.ep, lay.etp, lay.pp, lay.vpp, scn.dp,
+           scn.run.gpus, scn.run.train_gpus)
+    if len(_TRAIN_KEYS) > 65536:
+        _TRAIN_KEYS.clear()
+    _TRAIN_KEYS[id(t)] = (t, key)
+    return key
+
+
+def _model_key(m: ModelSpec) -> tuple:
+    return (m.id, m.family, m.hidden_size, m.num_layers, m.vocab_size)
 
 
 _CHUNK_CACHE: dict[tuple, ChunkCost] = {}
@@ -178,7 +210,9 @@ def chunk_cost(scn: Scenario, virtual_stage: int, tokens: int, seq_len: int,
     moe = moe or MoEAssumptions()
     layers = chunk_layers(scn, virtual_stage)
     first, last = virtual_stage == 0, virtual_stage == len(scn.stage_layers) - 1
-    key = (_hw_key(scn.hardware), scn.model, scn.train, layers, first, last, float(tokens), seq_len, moe)
+    start = sum(scn.stage_layers[:virtual_stage])
+    key = (_hw_key(scn.hardware), _model_key(scn.model), _train_key(scn), start, len(layers), first, last,
+           float(tokens), seq_len, moe)
     hit = _CHUNK_CACHE.get(key)
     if hit is not None:
         return hit
@@ -187,6 +221,29 @@ def chunk_cost(scn: Scenario, virtual_stage: int, tokens: int, seq_len: int,
         _CHUNK_CACHE.clear()
     _CHUNK_CACHE[key] = cost
     return cost
+
+
+_LAYER_CACHE: dict[tuple, tuple[_Times, float]] = {}
+
+
+def _layer_times(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, GroupPlacement], imbalance: float,
+                 moe: MoEAssumptions) -> tuple[_Times, float]:
+    """Times and model FLOPs of one decoder layer, memoized by its shape (not its index): the stages of a
+    model repeat a handful of layer kinds, so a sweep prices each kind once per shard."""
+    m = scn.model
+    key = (_hw_key(scn.hardware), _model_key(m), dataclasses.replace(layer, index=0), s,
+           imbalance, moe, tuple(sorted((k, v.size, v.gpus_per_node_in_group) for k, v in places.items())))
+    hit = _LAYER_CACHE.get(key)
+    if hit is None:
+        w = layer_work(m, layer, s, imbalance)
+        t = time_work(scn.hardware, w, places)
+        if layer.ffn.kind == "moe" and moe.layer_host_overhead_s > 0:
+            t.fwd += moe.layer_host_overhead_s
+            t.bwd_in += moe.layer_host_overhead_s
+        if len(_LAYER_CACHE) >= _CHUNK_CACHE_MAX * 4:
+            _LAYER_CACHE.clear()
+        hit = _LAYER_CACHE[key] = (t, w.model_flops_fwd)
+    return hit
 
 
 def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last: bool, tokens: float,
@@ -203,14 +260,11 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
     def imbalance(layer: LayerSpec) -> float:
         return layer_imbalance(layer.ffn, m.vocab_size, s.ep, s.ep * s.t_moe, moe)
 
-    def add_layer(w: Work, moe_layer: bool) -> None:
+    def add_layer(layer: LayerSpec) -> None:
         nonlocal recompute_s, model_flops_fwd
-        t = time_work(hw, w, places)
-        if moe_layer and moe.layer_host_overhead_s > 0:
-            t.fwd += moe.layer_host_overhead_s
-            t.bwd_in += moe.layer_host_overhead_s
+        t, flops = _layer_times(scn, layer, s, places, imbalance(layer), moe)
         total.add(t)
-        model_flops_fwd += w.model_flops_fwd
+        model_flops_fwd += flops
         if recompute == "full":
             recompute_s += t.fwd
             for k in COMM_KINDS:
@@ -223,7 +277,7 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
         w = embedding_work(m, s)
         total.add(time_work(hw, w, places))
     for layer in layers:
-        add_layer(layer_work(m, layer, s, imbalance(layer)), layer.ffn.kind == "moe")
+        add_layer(layer)
     if last:
         w = head_work(m, s)
         total.add(time_work(hw, w, places))

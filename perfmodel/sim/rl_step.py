@@ -129,6 +129,7 @@ def _key(*parts: Any) -> str:
 
 _TRAIN_MEMO: dict[str, TrainSide] = {}
 _ROLLOUT_MEMO: dict[str, RolloutResult] = {}
+_WU_MEMO: dict[str, WeightUpdateResult] = {}
 _MEMO_LIMIT = 4096
 
 
@@ -142,6 +143,7 @@ def _remember(memo: dict, key: str, value: Any) -> Any:
 def clear_memos() -> None:
     _TRAIN_MEMO.clear()
     _ROLLOUT_MEMO.clear()
+    _WU_MEMO.clear()
 
 
 def simulate_train_side(scn: Scenario, lengths: list[int], record_trace: bool = False) -> TrainSide:
@@ -176,13 +178,16 @@ def simulate_rollout_side(scn: Scenario, seed: int = 0) -> RolloutResult:
 def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False) -> RLStepResult:
     run = scn.run
     rl = run.rl
+    t = run.train
     assert rl is not None
     rollout = simulate_rollout_side(scn, seed)
     # Training sees exactly the samples the rollout produced: prompt + response tokens each.
     prompt = int(round(rl.prompt_tokens_mean))
     lengths = [prompt + int(r) for r in rollout.response_lengths]
     side = simulate_train_side(scn, lengths, record_trace=record_trace)
-    wu = weight_update_time(scn)
+    wu_key = _key("wu", scn.hardware.calibration_params(), scn.model.id, scn.model.family, run.gpus,
+                  t.layout.model_dump(), t.pipeline_layers, rl.model_dump())
+    wu = _WU_MEMO.get(wu_key) or _remember(_WU_MEMO, wu_key, weight_update_time(scn))
     colocated = rl.placement == "colocated"
     offload = wu.after_rollout_s if colocated else 0.0
 

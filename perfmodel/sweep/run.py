@@ -52,6 +52,7 @@ def describe_candidate(c: Candidate) -> dict[str, Any]:
 
 # Per-process state for workers (the hardware and model are loaded once per process).
 _CTX: dict[str, Any] = {}
+_MEM_MEMO: dict[tuple, Any] = {}  # hw and model objects live as long as the process's sweep
 
 
 def _init_worker(hw: HardwareProfile, model: ModelSpec) -> None:
@@ -71,7 +72,10 @@ def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec
         return {"status": "pruned", "reason": f"layout: {err.field}: {err.message}"}
     except ValueError as err:  # pydantic, for values the enumeration should not produce
         return {"status": "pruned", "reason": f"invalid: {' '.join(str(err).split())[:160]}"}
-    mem = training_memory(scn)
+    mem_key = (id(hw), id(model), scn.run.kind, scn.run.train, scn.run.train_gpus)
+    mem = _MEM_MEMO.get(mem_key)
+    if mem is None:  # candidates that differ only on the rollout side share the training memory
+        mem = _MEM_MEMO[mem_key] = training_memory(scn)
     row: dict[str, Any] = {"mem_train_bytes": mem.total_bytes, "mem_train_capacity_bytes": mem.capacity_bytes,
                            "mem_train_weights_bytes": mem.weights_bytes, "mem_train_grads_bytes": mem.grads_bytes,
                            "mem_train_optimizer_bytes": mem.optimizer_bytes,
@@ -82,12 +86,15 @@ def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec
         return row | {"status": "pruned", "reason": f"training memory {mem.total_bytes / 1e9:.0f} GB > "
                       f"{mem.capacity_bytes / 1e9:.0f} GB per GPU"}
     if scn.run.rl is not None:
-        rmem = rollout_memory(scn)
+        rkey = (id(hw), id(model), scn.run.rl.rollout, scn.run.rl.rollout_gpus)
+        rmem = _MEM_MEMO.get(rkey)
+        if rmem is None:
+            rmem = _MEM_MEMO[rkey] = rollout_memory(scn)
         row |= {"mem_rollout_bytes": rmem.total_bytes, "mem_rollout_capacity_bytes": rmem.capacity_bytes}
         if not rmem.fits:
-            return row | {"status": "pruned", "reason": f"rollout memory: {rmem.reason}"}
+            return row | {"status": "pruned", "reason": f"rollout memory: {rmem.summary()}"}
     try:
-        res = simulate_scenario(scn)
+        res = simulate_scenario(scn, memory=mem)
     except InputError as err:
         return row | {"status": "pruned", "reason": f"{err.field}: {err.message}"}
     m = res.metrics()

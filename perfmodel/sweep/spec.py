@@ -14,15 +14,17 @@ Objective = Literal["step_time", "tokens_per_gpu", "cost"]
 
 
 class SweepSpace(BaseModel):
-    """Values tried for each knob. Defaults cover what Megatron / SGLang users try by hand."""
+    """Values tried for each knob. The defaults are what RL recipes for large MoE models vary by hand (Miles DSV4
+    recipes: TP/PP/EP, full or selective recompute, optimizer offload, engine size and EP, placement); context
+    parallelism, interleaving and DP-attention are off by default (short RL contexts; widen them in the file)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     tp: tuple[int, ...] = (1, 2, 4, 8)
     pp: tuple[int, ...] = (1, 2, 4, 8, 16)
-    cp: tuple[int, ...] = (1, 2)
+    cp: tuple[int, ...] = (1,)
     ep: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     etp: tuple[int, ...] = (1,)
-    vpp: tuple[int, ...] = (1, 2)
+    vpp: tuple[int, ...] = (1,)
     recompute: tuple[Literal["none", "selective", "full"], ...] = ("full", "selective")
     schedule: tuple[Literal["1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev"], ...] = ("1f1b",)
     optimizer_offload_fraction: tuple[float, ...] = (0.0, 1.0)
@@ -31,7 +33,7 @@ class SweepSpace(BaseModel):
     rollout_fraction: tuple[float, ...] = (0.25, 0.5, 0.75)  # share of the nodes that roll out (disaggregated)
     engine_gpus: tuple[int, ...] = (4, 8, 16)
     engine_ep: tuple[Literal["none", "full"], ...] = ("none", "full")  # SGLang ep 1 or = engine size
-    dp_attention: tuple[bool, ...] = (False, True)
+    dp_attention: tuple[bool, ...] = (False,)
 
 
 class SweepSpec(BaseModel):

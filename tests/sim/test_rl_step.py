@@ -1,0 +1,92 @@
+"""RL step composition: colocated vs disaggregated vs async, PPO and reference passes, the breakdown and the
+GPU-idle accounting, on the seed run (DeepSeek-V4-Flash GRPO on 4 MI355X nodes)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from perfmodel.predict import simulate_scenario
+from perfmodel.spec.plan import load_plan
+from perfmodel.spec.run import RunSpec
+from perfmodel.spec.scenario import build_scenario
+from tests.conftest import REPO
+
+SEED = load_plan(REPO / "examples" / "seed-mi355x-dsv4.yaml")
+BASE = SEED.model_dump(mode="json", by_alias=True, include={"kind", "hardware", "gpus", "model", "train", "rl"})
+
+
+def _result(**rl_updates):
+    data = copy.deepcopy(BASE)
+    data["rl"].update(rl_updates)
+    return simulate_scenario(build_scenario(RunSpec.model_validate(data)))
+
+
+@pytest.fixture(scope="module")
+def sync():
+    return _result(**{"async": False}).rl
+
+
+@pytest.fixture(scope="module")
+def asyn():
+    return _result(**{"async": True}).rl
+
+
+def test_sync_disaggregated_is_the_sum_of_phases(sync):
+    p = sync.phases_s
+    assert sync.step_time_s == pytest.approx(p["rollout"] + p["log_probs"] + p["ref_log_probs"] + p["train"]
+                                             + p["weight_update"], rel=1e-9)
+    assert sync.offload_s == 0.0
+
+
+def test_async_overlaps_rollout_with_training(sync, asyn):
+    p = asyn.phases_s
+    train_path = p["log_probs"] + p["train"]
+    assert asyn.step_time_s == pytest.approx(max(p["rollout"], train_path) + p["weight_update"], rel=1e-9)
+    assert asyn.step_time_s < sync.step_time_s
+
+
+def test_breakdown_sums_to_step(sync, asyn):
+    for r in (sync, asyn):
+        assert sum(r.breakdown_s.values()) == pytest.approx(r.step_time_s, rel=1e-6)
+        assert all(v >= 0 for v in r.breakdown_s.values())
+
+
+def test_disaggregated_idles_on_the_other_side(sync):
+    assert sync.idle_gpu_s["waiting_on_other_side"] > 0
+    assert sync.idle_gpu_s["rollout_tail"] > 0
+
+
+def test_colocated_uses_all_gpus_and_pays_offload():
+    data = copy.deepcopy(BASE)
+    data["rl"].update(placement="colocated", actor_gpus=32, rollout_gpus=32, **{"async": False})
+    data["rl"]["weight_update"]["mode"] = "ipc"
+    data["train"]["layout"]["dp"] = 8
+    coloc = simulate_scenario(build_scenario(RunSpec.model_validate(data))).rl
+    disagg = _result(**{"async": False}).rl
+    assert coloc.offload_s > 0
+    assert coloc.rollout.num_engines == 2 * disagg.rollout.num_engines
+    assert coloc.phases_s["rollout"] < disagg.phases_s["rollout"]
+    p = coloc.phases_s
+    assert coloc.step_time_s == pytest.approx(p["rollout"] + coloc.offload_s + p["log_probs"] + p["train"]
+                                              + p["weight_update"], rel=1e-9)
+    assert "waiting_on_other_side" not in coloc.idle_gpu_s
+
+
+def test_reference_pass_and_ppo_critic_add_time(sync):
+    data = copy.deepcopy(BASE)
+    data["rl"].update(**{"async": False})
+    data["rl"]["log_probs"] = {"ref_model": True}
+    with_ref = simulate_scenario(build_scenario(RunSpec.model_validate(data))).rl
+    assert with_ref.phases_s["ref_log_probs"] == pytest.approx(sync.phases_s["log_probs"], rel=1e-6)
+    data["rl"]["algorithm"] = "ppo"
+    ppo = simulate_scenario(build_scenario(RunSpec.model_validate(data))).rl
+    assert ppo.phases_s["train"] > 1.5 * sync.phases_s["train"]
+
+
+def test_training_sees_the_rollout_samples(sync):
+    side = sync.train_side
+    prompt = int(round(SEED.rl.prompt_tokens_mean))
+    assert side.tokens == sum(prompt + r for r in sync.rollout.response_lengths)
+    assert max(sync.rollout.response_lengths) <= SEED.rl.response_tokens.max

@@ -1,0 +1,150 @@
+"""`perfmodel sweep`: enumeration and pruning, the seed's facts, outputs (CSV, plans, summary, trace), the cache,
+Ctrl-C with partial results, and the same sweep on a real Ray head on loopback."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import pytest
+import yaml
+
+from perfmodel.cli import main
+from perfmodel.errors import InputError
+from perfmodel.memory import rollout_memory, training_memory
+from perfmodel.predict import simulate_scenario
+from perfmodel.spec.hardware import load_hardware
+from perfmodel.spec.model import load_model
+from perfmodel.spec.plan import load_plan
+from perfmodel.spec.scenario import build_scenario
+from perfmodel.sweep.command import parse_nodes
+from perfmodel.sweep.run import evaluate_candidates
+from perfmodel.sweep.space import enumerate_candidates
+from perfmodel.sweep.spec import SweepSpec, default_sweep_path, load_sweep_spec
+from tests.conftest import REPO
+
+SEED_PLAN = REPO / "examples" / "seed-mi355x-dsv4.yaml"
+
+
+def small_spec(**space) -> SweepSpec:
+    base = yaml.safe_load(default_sweep_path().read_text())
+    base["nodes"] = [4]
+    base["space"] = {"tp": [1, 2], "pp": [2, 4], "ep": [4, 8], "recompute": ["full"],
+                     "optimizer_offload_fraction": [1.0], "engine_gpus": [8], "engine_ep": ["none"],
+                     "rollout_fraction": [0.5]} | space
+    return SweepSpec.model_validate(base)
+
+
+def test_parse_nodes():
+    assert parse_nodes("4-64") == (4, 8, 16, 32, 64)
+    assert parse_nodes("4,8,16") == (4, 8, 16)
+    for bad in ("x", "8-4", "0"):
+        with pytest.raises(InputError):
+            parse_nodes(bad)
+
+
+def test_default_spec_loads_and_enumerates():
+    spec = load_sweep_spec(default_sweep_path())
+    assert spec.hardware == "mi355x" and spec.model.id == "deepseek-v4-flash"
+    cands = list(enumerate_candidates(spec.model_copy(update={"nodes": (4,)}), 8, 256, 43))
+    assert len(cands) > 1000
+    labels = {c.label() for c in cands}
+    assert any("TP1/PP4/EP4" in lab and "disagg16+16" in lab for lab in labels)
+
+
+def test_seed_layout_fits_and_explains_its_time():
+    """The seed's facts: on 4 MI355X nodes, TP1/PP4/EP4 disaggregated 2+2 fits in memory (both sides)."""
+    scn = build_scenario(load_plan(SEED_PLAN))
+    mem = training_memory(scn)
+    assert mem.fits and mem.total_bytes < mem.capacity_bytes
+    assert rollout_memory(scn).fits
+    res = simulate_scenario(scn)
+    bd = res.rl.breakdown_s
+    assert sum(bd.values()) == pytest.approx(res.step_time_s, rel=1e-6)
+    assert bd["rollout"] + bd["log_probs"] + bd["train_compute"] + bd["weight_sync"] > 0.5 * res.step_time_s
+
+
+def test_pruning_reasons_and_ranking():
+    spec = small_spec()
+    hw, model = load_hardware("mi355x"), load_model("deepseek-v4-flash")
+    cands = list(enumerate_candidates(spec, 8, 256, 43))
+    out = evaluate_candidates(spec, cands, hw, model, "dsv4", workers=1)
+    statuses = {r["status"] for r in out.rows}
+    assert statuses <= {"ok", "pruned"} and "ok" in statuses
+    for r in out.rows:
+        if r["status"] == "pruned":
+            assert r["reason"]
+    ranked = [r for r in out.rows if r.get("rank")]
+    assert [r["rank"] for r in sorted(ranked, key=lambda r: r["rank"])] == list(range(1, len(ranked) + 1))
+    assert sorted(r["step_time_s"] for r in ranked)[0] == out.top[0]["step_time_s"]
+    seed_like = [r for r in out.rows if r["tp"] == 1 and r["pp"] == 4 and r["ep"] == 4
+                 and r["placement"] == "disaggregated" and r["actor_gpus"] == 16]
+    assert seed_like and all(r["status"] == "ok" for r in seed_like)
+
+
+def test_interrupt_keeps_partial_results():
+    spec = small_spec()
+    hw, model = load_hardware("mi355x"), load_model("deepseek-v4-flash")
+    cands = list(enumerate_candidates(spec, 8, 256, 43))
+    calls = []
+
+    def progress(done, total):
+        calls.append(done)
+        if done > 0:
+            raise KeyboardInterrupt
+
+    out = evaluate_candidates(spec, cands, hw, model, "dsv4", workers=1, progress=progress)
+    assert out.interrupted
+    assert any(r["status"] == "not_evaluated" for r in out.rows)
+    assert any(r["status"] in ("ok", "pruned") for r in out.rows)
+
+
+def test_cli_writes_outputs_and_the_cache_makes_reruns_instant(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path / "cache"))
+    spec_path = tmp_path / "sweep.yaml"
+    spec_path.write_text(yaml.safe_dump(small_spec().model_dump(mode="json", by_alias=True)))
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec_path), "--out", str(out), "--workers", "1", "--top", "3"]) == 0
+    rows = list(csv.DictReader((out / "candidates.csv").open()))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["evaluated"] + summary["pruned"] == len(rows) and summary["cached"] == 0
+    plans = sorted((out / "plans").glob("*.yaml"))
+    assert len(plans) == 3
+    best = load_plan(plans[0])
+    assert best.predicted.step_time_s == pytest.approx(float(summary["top"][0]["step_time_s"]))
+    assert build_scenario(best)  # a written plan passes every rule
+    assert json.loads((out / "best_trace.json").read_text())["traceEvents"]
+    capsys.readouterr()
+    out2 = tmp_path / "out2"
+    assert main(["sweep", str(spec_path), "--out", str(out2), "--workers", "1", "--top", "3"]) == 0
+    summary2 = json.loads((out2 / "summary.json").read_text())
+    assert summary2["cached"] == len(rows)
+    assert summary2["top"][0]["label"] == summary["top"][0]["label"]
+
+
+def test_bad_sweep_file_one_line(tmp_path, capsys):
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({"hardware": "mi355x", "model": {"id": "deepseek-v4-flash"}, "nodes": [4],
+                                 "job": {}, "space": {"tq": [1]}}))
+    assert main(["sweep", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "space.tq" in err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_sweep_on_a_real_ray_head(ray_head):
+    spec = small_spec()
+    hw, model = load_hardware("mi355x"), load_model("deepseek-v4-flash")
+    cands = list(enumerate_candidates(spec, 8, 256, 43))[:40]
+    local = evaluate_candidates(spec, cands, hw, model, "dsv4", workers=1)
+    os.environ.pop("RAY_ADDRESS", None)
+    remote = evaluate_candidates(spec, cands, hw, model, "dsv4", ray_address=ray_head.gcs)
+    assert [r["status"] for r in remote.rows] == [r["status"] for r in local.rows]
+    for a, b in zip(local.rows, remote.rows):
+        if a["status"] == "ok":
+            assert b["step_time_s"] == pytest.approx(a["step_time_s"], rel=1e-9)
+
+
+from tests.ray_head import ray_head  # noqa: E402,F401  (fixture)
