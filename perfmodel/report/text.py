@@ -37,8 +37,11 @@ def print_result(result, console: Console | None = None) -> None:  # noqa: ANN00
         console.print("bubble per stage (s): " + ", ".join(f"{b:.3f}" for b in d["bubble_s_per_stage"]))
     if d.get("memory"):
         mem = d["memory"]
-        parts = ", ".join(f"{k.removesuffix('_bytes')} {_gb(v)}" for k, v in mem.items()
-                          if k.endswith("_bytes") and k not in ("total_bytes", "capacity_bytes") and v)
+        shown = ("weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "comm_buffers_bytes",
+                 "margin_bytes")
+        parts = ", ".join(f"{k.removesuffix('_bytes')} {_gb(mem[k])}" for k in shown if mem.get(k))
         fits = "fits" if mem.get("fits") else "DOES NOT FIT"
-        console.print(f"memory per GPU: {_gb(mem['total_bytes'])} of {_gb(mem['capacity_bytes'])} ({fits}): {parts}",
-                      soft_wrap=True)
+        host = (f"; host: optimizer {_gb(mem['optimizer_host_bytes'])} of {_gb(mem['host_capacity_bytes'])} per GPU"
+                if mem.get("optimizer_host_bytes") else "")
+        console.print(f"memory per GPU (worst pipeline rank {mem.get('pipeline_rank', 0)}): {_gb(mem['total_bytes'])} "
+                      f"of {_gb(mem['capacity_bytes'])} ({fits}): {parts}{host}", soft_wrap=True)

@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Enumerate candidate plans for the sweep file's hardware, model and job over node counts, "
         "prune by layout rules and memory, simulate one RL step of each, and rank them. Writes OUT/candidates.csv "
         "(every candidate, with why pruned ones were pruned), OUT/summary.json, the top plans as plan files "
-        "(OUT/plans/) and the best plan's trace. Without SPEC, the embedded default (DeepSeek-V4-Flash GRPO on "
+        "(OUT/plans/), the best plan's trace and the capacity report (OUT/report.html). Without SPEC, the embedded default (DeepSeek-V4-Flash GRPO on "
         "MI355X, the seed article's job) is used.")
     p.add_argument("spec", nargs="?", metavar="SPEC", help="sweep YAML (default: the embedded seed sweep)")
     p.add_argument("--nodes", help="node counts: '4-64' (powers of two), '4,8,16' or '8'")
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray", metavar="ADDRESS", help="run the candidates on a Ray cluster at ADDRESS")
     p.add_argument("--no-cache", action="store_true", help="ignore and do not fill the result cache")
     p.add_argument("--calibration", help="calibration overlay YAML for the hardware profile")
-    p.add_argument("--report", action="store_true", help="also write the HTML capacity report into OUT")
+    p.add_argument("--no-report", action="store_true", help="skip the HTML capacity report (OUT/report.html)")
     p.set_defaults(func=run)
 
 
@@ -174,9 +174,9 @@ def run(args: argparse.Namespace) -> int:
                   + (" [interrupted: partial results kept]" if outcome.interrupted else ""), soft_wrap=True)
     console.print(f"wrote {out / 'candidates.csv'}, {out / 'summary.json'}, {len(top_rows)} plans in {plans_dir}",
                   soft_wrap=True)
-    if args.report:
+    if not args.no_report and top_rows:
         from perfmodel.report.capacity import build_report
 
         html = build_report(out, out_html=out / "report.html")
-        console.print(f"report: {html}")
+        console.print(f"capacity report: {html}")
     return 130 if outcome.interrupted else 0
