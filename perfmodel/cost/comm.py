@@ -158,7 +158,8 @@ def all_to_all_s(hw: HardwareProfile, nbytes: float, g: GroupPlacement) -> float
     inter = 0.0
     if n > k:
         inter = (n - k) / n * nbytes / (hw.nic_bytes_per_s * hw.all_to_all_efficiency_scale_out)
-    return _latency(hw, g) + max(intra, inter)
+    floor = hw.all_to_all_latency_scale_up_s if g.intra else hw.all_to_all_latency_scale_out_s
+    return floor + max(intra, inter)
 
 
 def send_recv_s(hw: HardwareProfile, nbytes: float, same_domain: bool) -> float:

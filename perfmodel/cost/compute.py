@@ -23,6 +23,11 @@ KERNEL_OVERHEAD_S = 2.8e-6
 # assumption 0.7 of the GEMM rate (flash backward recomputes the scores and runs five matmuls with more
 # synchronisation; FlashAttention-2, Dao 2023, arXiv 2307.08691 section 4, reports backward below forward
 # throughput). Both are calibration targets, not measurements of this hardware.
+# Training GEMM shapes run below the best shape a MAMF sweep finds (the profiles' `max`): SemiAnalysis measured
+# Llama-70B training shapes at 720 of the 794.5 TFLOP/s best shape on H100 BF16 (0.906), 1280 of 1402.6 in FP8
+# (0.913) and 620 of 668.4 on MI300X BF16 (0.928) (hardware.md 2a, S27 vs S2). Mean 0.916, rounded to 0.91.
+PRODUCTION_SHAPE_FACTOR = 0.91
+
 ATTENTION_FWD_REL_EFFICIENCY = 0.9
 ATTENTION_BWD_REL_EFFICIENCY = 0.7
 
@@ -68,7 +73,7 @@ def compute_time_s(hw: HardwareProfile, flops: float, dtype: str, rel_efficiency
     """FLOPs at peak(dtype) x gemm_curve(dtype).efficiency(flops) x rel_efficiency; one kernel of `flops`."""
     if flops <= 0:
         return 0.0
-    eff = hw.gemm_curve(dtype).efficiency(flops) * rel_efficiency
+    eff = hw.gemm_curve(dtype).efficiency(flops) * rel_efficiency * PRODUCTION_SHAPE_FACTOR
     return flops / (hw.peak(dtype) * eff)
 
 
@@ -91,7 +96,7 @@ def gemm_time_s(
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     one = gemm_flops(m, n, k)
-    eff = hw.gemm_curve(dtype).efficiency(one)
+    eff = hw.gemm_curve(dtype).efficiency(one) * PRODUCTION_SHAPE_FACTOR
     compute = one * batch / (hw.peak(dtype) * eff)
     nbytes = gemm_hbm_bytes(m, n, k, dtype, batch, out_bytes_per_element)
     return max(compute, memory_bound_time_s(hw, nbytes))

@@ -117,6 +117,7 @@ class EfficiencyFile(_Strict):
     collective_bus: PerFabric
     all_to_all_bus: PerFabric
     collective_latency_s: PerFabric
+    all_to_all_latency_s: PerFabric | None = None  # per-call floor of an all-to-all; default: collective_latency_s
     optimizer_hbm: Frac
     host_link: Frac
 
@@ -180,6 +181,8 @@ class HardwareProfile:
     all_to_all_efficiency_scale_out: float
     collective_latency_scale_up_s: float
     collective_latency_scale_out_s: float
+    all_to_all_latency_scale_up_s: float
+    all_to_all_latency_scale_out_s: float
     optimizer_hbm_efficiency: float
     host_link_efficiency: float
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
@@ -205,6 +208,8 @@ class HardwareProfile:
         "all_to_all_efficiency_scale_out",
         "collective_latency_scale_up_s",
         "collective_latency_scale_out_s",
+        "all_to_all_latency_scale_up_s",
+        "all_to_all_latency_scale_out_s",
         "optimizer_hbm_efficiency",
         "host_link_efficiency",
     )
@@ -299,6 +304,8 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         all_to_all_efficiency_scale_out=e.all_to_all_bus.scale_out.value,
         collective_latency_scale_up_s=e.collective_latency_s.scale_up.value,
         collective_latency_scale_out_s=e.collective_latency_s.scale_out.value,
+        all_to_all_latency_scale_up_s=(e.all_to_all_latency_s or e.collective_latency_s).scale_up.value,
+        all_to_all_latency_scale_out_s=(e.all_to_all_latency_s or e.collective_latency_s).scale_out.value,
         optimizer_hbm_efficiency=e.optimizer_hbm.value,
         host_link_efficiency=e.host_link.value,
         sources=sources,
