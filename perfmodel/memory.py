@@ -253,11 +253,11 @@ def _stage_offsets(scn: Scenario) -> list[int]:
 
 
 def stages_on_rank(scn: Scenario, rank: int) -> list[int]:
-    """Virtual stages held by pipeline rank `rank`: j * pp + rank (Megatron interleaving); DualPipe holds stage r
-    and its mirror pp-1-r (two parameter copies, deepseek-ai/DualPipe README: "Parameter 2x")."""
+    """Virtual stages held by pipeline rank `rank`: j * pp + rank (Megatron interleaving); DualPipe(V) holds two
+    chunks in a V, stages r and 2pp-1-r (DualPipe's second parameter copy is counted in params_on_rank)."""
     pp = scn.layout.pp
-    if scn.schedule == "dualpipe":
-        return sorted({rank, pp - 1 - rank})
+    if scn.schedule in ("dualpipe", "dualpipev"):  # two chunks per rank in a V: stages r and 2pp-1-r
+        return sorted({rank, 2 * pp - 1 - rank})
     return [j * pp + rank for j in range(len(scn.stage_layers) // pp)]
 
 
@@ -304,6 +304,10 @@ def params_on_rank(scn: Scenario, rank: int) -> tuple[float, float, float]:
             head += emb  # MTP stage's own embedding
         dense += head + m.final_params
         non_gemm += head + m.final_params
+    if scn.schedule == "dualpipe":
+        # DualPipe proper runs two mirrored pipelines: every rank keeps both directions' copies of its chunks
+        # (deepseek-ai/DualPipe README table: "Parameter 2x"); DualPipeV keeps one.
+        dense, expert, non_gemm = 2 * dense, 2 * expert, 2 * non_gemm
     return dense, expert, non_gemm
 
 

@@ -388,20 +388,23 @@ def test_few_microbatches_cap_inflight():
 
 def test_dualpipe_holds_two_stages_and_pp_plus_one_microbatches():
     common = ({"id": "llama3-8b"}, 8, dict(tp=1, pp=4), 4096, 32)
-    dual = _pretrain(*common, pipeline_layers=[8] * 4, schedule="dualpipe")
+    dual = _pretrain(*common, pipeline_layers=[4] * 8, schedule="dualpipe")
+    v = _pretrain(*common, pipeline_layers=[4] * 8, schedule="dualpipev")
     base = _pretrain(*common, pipeline_layers=[8] * 4)
     for r in range(4):
         assert sum(inflight_per_stage(dual, r).values()) == pytest.approx(5)  # pp + 1
-    # rank 1 holds stages 1 and 2: twice the layers of 1F1B's rank 1
+    # rank 1 holds chunks 1 and 6 of the V (8 layers, as 1F1B's rank 1), and DualPipe keeps two copies of them
+    assert params_on_rank(v, 1)[0] == pytest.approx(params_on_rank(base, 1)[0])
     assert params_on_rank(dual, 1)[0] == pytest.approx(2 * params_on_rank(base, 1)[0])
     # rank 0 holds both ends: embedding and head
-    assert params_on_rank(dual, 0)[0] == pytest.approx(params_on_rank(base, 0)[0] + params_on_rank(base, 3)[0])
+    assert params_on_rank(v, 0)[0] == pytest.approx(params_on_rank(base, 0)[0] + params_on_rank(base, 3)[0]
+                                                    - params_on_rank(base, 1)[0])
 
 
 def test_dualpipev_keeps_one_copy():
     common = ({"id": "llama3-8b"}, 8, dict(tp=1, pp=4), 4096, 32)
-    v = _pretrain(*common, pipeline_layers=[8] * 4, schedule="dualpipev")
-    assert inflight_per_stage(v, 2) == {2: 4.5}
+    v = _pretrain(*common, pipeline_layers=[4] * 8, schedule="dualpipev")
+    assert sum(inflight_per_stage(v, 2).values()) == pytest.approx(4.5)
     assert sum(params_on_rank(v, r)[0] for r in range(4)) == pytest.approx(v.model.total_params())
 
 

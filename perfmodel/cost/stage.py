@@ -365,3 +365,11 @@ def optimizer_step_s(scn: Scenario, stage: int) -> float:
     host = f * n / host_rate
     copies = f * n * OFFLOAD_COPY_BYTES_PER_PARAM / (hw.host_link_bytes_per_s * hw.host_link_efficiency)
     return gpu + max(host, copies)
+
+
+def clear_caches() -> None:
+    """Forget memoized chunk and layer costs (benchmarks time cold simulations with this)."""
+    _CHUNK_CACHE.clear()
+    _LAYER_CACHE.clear()
+    _HW_KEYS.clear()
+    _TRAIN_KEYS.clear()

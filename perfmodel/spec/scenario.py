@@ -161,12 +161,15 @@ def build_scenario(
     if t.sequence_parallel and lay.tp == 1:
         pass  # harmless no-op in Megatron; keep it
 
-    # Pipeline split
-    stages = lay.pp * lay.vpp
+    # Pipeline split: DualPipe(V) runs two model chunks per rank (a V: stages r and 2pp-1-r)
+    schedule = t.resolved_schedule()
+    chunks = 2 if schedule in ("dualpipe", "dualpipev") else lay.vpp
+    stages = lay.pp * chunks
     if t.pipeline_layers is not None:
         pl = tuple(t.pipeline_layers)
         if len(pl) != stages:
-            raise _fail(source, "train.pipeline_layers", f"needs {stages} entries (pp x vpp), got {len(pl)}")
+            what = "2 x pp for DualPipe(V)" if chunks == 2 and lay.vpp == 1 else "pp x vpp"
+            raise _fail(source, "train.pipeline_layers", f"needs {stages} entries ({what}), got {len(pl)}")
         if sum(pl) != m.num_layers:
             raise _fail(source, "train.pipeline_layers", f"entries sum to {sum(pl)}, the model has {m.num_layers} layers")
         if min(pl) < 1:
@@ -182,7 +185,6 @@ def build_scenario(
                         "virtual stages a layer once the embedding and loss are counted") from None
         note = "most balanced (embedding and loss counted as a layer each): " + ",".join(map(str, split))
 
-    schedule = t.resolved_schedule()
     if schedule == "interleaved" and lay.vpp == 1:
         raise _fail(source, "train.schedule", "interleaved needs vpp > 1")
     if schedule != "interleaved" and lay.vpp > 1:
