@@ -98,10 +98,12 @@ class RLStepResult:
         }
 
 
-def pack_microbatches(lengths: list[int], dp: int, max_tokens: int) -> list[tuple[int, int]]:
-    """Miles --balance-data then dynamic batching by --max-tokens-per-gpu: samples spread over DP ranks by
-    tokens (longest first onto the lightest rank), then packed first-fit into micro-batches of at most
-    max_tokens tokens. Returns the micro-batches (tokens, mean sample length) of the busiest DP rank."""
+def pack_microbatches(lengths: list[int], dp: int, max_tokens: int | None,
+                      samples_per_microbatch: int = 1) -> list[tuple[int, int]]:
+    """Miles --balance-data then micro-batching: samples spread over DP ranks by tokens (longest first onto the
+    lightest rank); with a token budget (--max-tokens-per-gpu, dynamic batching) packed first-fit into
+    micro-batches of at most max_tokens tokens, else `samples_per_microbatch` samples each (--micro-batch-size).
+    Returns the micro-batches (tokens, mean sample length) of the busiest DP rank."""
     ranks: list[list[int]] = [[] for _ in range(dp)]
     loads = [0] * dp
     for n in sorted(lengths, reverse=True):
@@ -109,6 +111,9 @@ def pack_microbatches(lengths: list[int], dp: int, max_tokens: int) -> list[tupl
         ranks[i].append(n)
         loads[i] += n
     busiest = ranks[loads.index(max(loads))]
+    if max_tokens is None:
+        groups = [busiest[i:i + samples_per_microbatch] for i in range(0, len(busiest), samples_per_microbatch)]
+        return [(sum(g), max(1, sum(g) // len(g))) for g in groups]
     bins: list[list[int]] = []
     room: list[int] = []
     for n in busiest:  # already longest first
@@ -154,8 +159,8 @@ def simulate_train_side(scn: Scenario, lengths: list[int], record_trace: bool = 
                t.model_dump(), rl.algorithm, rl.log_probs.ref_model, rl.actor_gpus, lengths)
     if not record_trace and key in _TRAIN_MEMO:
         return _TRAIN_MEMO[key]
-    budget = (t.max_tokens_per_gpu or t.micro_batch * t.seq_len) * t.layout.cp
-    mbs = pack_microbatches(lengths, scn.dp, budget)
+    budget = t.max_tokens_per_gpu * t.layout.cp if t.max_tokens_per_gpu else None
+    mbs = pack_microbatches(lengths, scn.dp, budget, t.micro_batch)
     log_probs = simulate_train_step(scn, mbs, forward_only=True)
     ref = simulate_train_step(scn, mbs, forward_only=True) if rl.log_probs.ref_model else None
     train = simulate_train_step(scn, mbs, record_trace=record_trace)

@@ -90,3 +90,19 @@ def test_training_sees_the_rollout_samples(sync):
     prompt = int(round(SEED.rl.prompt_tokens_mean))
     assert side.tokens == sum(prompt + r for r in sync.rollout.response_lengths)
     assert max(sync.rollout.response_lengths) <= SEED.rl.response_tokens.max
+
+
+def test_packing_by_token_budget_and_by_micro_batch_size():
+    from perfmodel.sim.rl_step import pack_microbatches
+
+    lengths = [3000, 2500, 2000, 1500, 1000, 800, 600, 400]
+    # dynamic batching: every micro-batch within the budget, all tokens of the busiest DP rank kept
+    mbs = pack_microbatches(lengths, dp=1, max_tokens=4096)
+    assert all(t <= 4096 for t, _ in mbs) and sum(t for t, _ in mbs) == sum(lengths)
+    assert len(mbs) < len(lengths)
+    # fixed micro-batch size: one micro-batch per `samples_per_microbatch` samples
+    assert len(pack_microbatches(lengths, dp=1, max_tokens=None, samples_per_microbatch=1)) == 8
+    assert len(pack_microbatches(lengths, dp=1, max_tokens=None, samples_per_microbatch=2)) == 4
+    # balance-data: two DP ranks get about half the tokens each; the busiest one is returned
+    half = pack_microbatches(lengths, dp=2, max_tokens=None)
+    assert sum(lengths) / 2 <= sum(t for t, _ in half) <= sum(lengths) / 2 + max(lengths)
