@@ -35,7 +35,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if d is None:
             raise InputError("", "PATH", "give case files or folders (no bundled cases found)")
         paths = [str(d)]
-    report = run_validation(paths)
+    report = run_validation(paths, args.calibration)
     if args.json:
         print(json.dumps(validation_json(report), indent=2))
         return 0
@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("paths", nargs="*", metavar="PATH",
                    help="case files or folders of *.yaml (default: the bundled public cases)")
     v.add_argument("--json", action="store_true", help="print {cases, failed, summary} as JSON")
+    v.add_argument("--calibration", action="append", metavar="FILE",
+                   help="calibration overlay (perfmodel calibrate) for the cases on its hardware; repeatable")
     v.set_defaults(func=cmd_validate)
 
     mo = sub.add_parser("models", help="list the model catalogue, or summarize one model",

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
-COMMAND_MODULES: tuple[str, ...] = ("perfmodel.sim.command", "perfmodel.sweep.command", "perfmodel.report.capacity")
+COMMAND_MODULES: tuple[str, ...] = ("perfmodel.sim.command", "perfmodel.sweep.command", "perfmodel.report.capacity",
+                                     "perfmodel.calibrate_command")
 
 
 def register_all(sub: argparse._SubParsersAction) -> None:

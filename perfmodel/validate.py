@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perfmodel.calibration import apply_calibration_file
 from perfmodel.errors import InputError
+from perfmodel.spec.hardware import HardwareProfile
+from perfmodel.spec.loading import read_mapping
 from perfmodel.predict import NotPredicted, predict_metrics
 from perfmodel.spec.case import ValidationCase, case_paths, load_case
 from perfmodel.spec.scenario import build_scenario
@@ -21,10 +24,10 @@ class CaseResult:
     split_note: str = ""
 
 
-def score_case(case: ValidationCase, path: str) -> CaseResult:
+def score_case(case: ValidationCase, path: str, hardware: HardwareProfile | None = None) -> CaseResult:
     res = CaseResult(case.id, case.kind, path)
     try:
-        scenario = build_scenario(case, source=path)
+        scenario = build_scenario(case, source=path, hardware=hardware)
         res.split_note = scenario.split_note
         predicted = predict_metrics(scenario)
     except (InputError, NotPredicted) as err:
@@ -49,8 +52,9 @@ def _stats(rows: list[dict]) -> dict:
     }
 
 
-def run_validation(paths: list[str]) -> dict:
-    """Load every case (a malformed one raises InputError: nothing half-scored), predict and score."""
+def run_validation(paths: list[str], calibrations: list[str] | None = None) -> dict:
+    """Load every case (a malformed one raises InputError: nothing half-scored), predict and score. Each
+    calibration overlay applies to the cases on its hardware."""
     files = case_paths(paths)
     if not files:
         raise InputError(", ".join(paths), "", "no *.yaml validation cases found")
@@ -60,7 +64,13 @@ def run_validation(paths: list[str]) -> dict:
         if case.id in seen:
             raise InputError(p, "id", f"duplicate case id {case.id!r} (also in {seen[case.id]})")
         seen[case.id] = p
-    results = [score_case(c, p) for c, p in cases]
+    overlays: dict[str, HardwareProfile] = {}
+    for cal in calibrations or []:
+        hw_id = read_mapping(cal).get("hardware")
+        if not isinstance(hw_id, str):
+            raise InputError(cal, "hardware", "a calibration overlay names its hardware id")
+        overlays[hw_id] = apply_calibration_file(cal, hw_id, cal)
+    results = [score_case(c, p, overlays.get(c.hardware)) for c, p in cases]
     rows = [r for res in results for r in res.rows]
     summary = _stats(rows)
     summary["cases"] = len(results)

@@ -1,0 +1,7 @@
+"""`python -m executor` = the `executor` console script."""
+
+import sys
+
+from executor.cli import main
+
+sys.exit(main())

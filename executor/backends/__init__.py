@@ -1,0 +1,1 @@
+"""Executor backends: `local` (this machine, real SGLang + megatron-core)."""

@@ -1,0 +1,34 @@
+"""`executor.options` of a plan with `backend: local` (validated with extra="forbid").
+
+The plan itself carries the layout (train.layout), the batch (rl.prompts_per_step x rl.samples_per_prompt,
+train.global_batch, train.micro_batch), the response cap (rl.response_tokens.max), the rollout precision
+(rl.rollout.precision: fp8 or bf16), the KV pool cap (rl.rollout.max_total_tokens) and the weight update mode
+(rl.weight_update.mode: ipc -> update_weights_from_tensor, disk -> update_weights_from_disk). Options hold the rest.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from executor.backends.local.task import TaskName
+
+
+class LocalOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task: TaskName = Field("add", description="the verifiable task (executor/backends/local/task.py)")
+    steps: int = Field(20, ge=1, description="GRPO steps when --steps is not given")
+    seed: int = Field(1, ge=0)
+    lr: float = Field(1e-3, gt=0, description="Adam learning rate")
+    adam_beta1: float = Field(0.9, gt=0, lt=1)
+    adam_beta2: float = Field(0.98, gt=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    clip_grad: float = Field(1.0, ge=0)
+    temperature: float = Field(1.0, gt=0, description="rollout sampling temperature")
+    eps_clip: float = Field(0.2, gt=0)
+    eps_clip_high: float = Field(0.28, gt=0)
+    use_tis: bool = Field(False, description="truncated importance sampling (Miles --use-tis)")
+    tis_clip: float = Field(2.0, gt=0)
+    std_normalize: bool = Field(True, description="divide group-centred rewards by the group std")
+    torch_threads: int = Field(0, ge=0, description="threads per trainer process; 0: cores / processes")
+    engine_start_timeout_s: float = Field(300, gt=0)

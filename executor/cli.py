@@ -1,0 +1,198 @@
+"""`executor`: launch a plan for real and read back what was measured.
+
+  executor launch --plan PLAN [--steps N] [--store PATH] [--run-dir DIR] [--debug]
+  executor runs [--store PATH]
+  executor show RUN [--store PATH]
+
+Bad input fails before anything starts: one line `error: <file>: <field>: <message>`, exit 2
+(a traceback only with --debug).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from perfmodel.errors import InputError
+
+DEFAULT_STORE = Path("runs") / "executor.sqlite"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="executor", description="Run a perfmodel plan for real and record its timings.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True)
+    launch = sub.add_parser("launch", help="run a plan (backend local: SGLang + megatron-core GRPO on this machine)")
+    launch.add_argument("--plan", required=True, help="plan file (YAML/JSON) as written by perfmodel sweep")
+    launch.add_argument("--steps", type=int, help="GRPO steps (default: executor.options.steps)")
+    launch.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"SQLite store (default {DEFAULT_STORE})")
+    launch.add_argument("--run-dir", type=Path, help="run folder (default runs/<run-id>/)")
+    launch.add_argument("--dry-run", action="store_true",
+                        help="backend miles: print the Ray commands, the job submission and its runtime env only")
+    launch.add_argument("--ray-address", help="backend miles: Ray dashboard address (default: plan options, "
+                        "$RAY_ADDRESS, http://127.0.0.1:8265)")
+    launch.add_argument("--timeout", type=float, help="backend miles: stop the job after this many seconds")
+    launch.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    runs = sub.add_parser("runs", help="list the runs in the store")
+    runs.add_argument("--store", type=Path, default=DEFAULT_STORE)
+    show = sub.add_parser("show", help="a run: measured per phase next to the plan's prediction")
+    show.add_argument("run", help="run id (a unique prefix is enough)")
+    show.add_argument("--store", type=Path, default=DEFAULT_STORE)
+    return p
+
+
+def _launch_miles(args: argparse.Namespace, plan: Any) -> int:
+    from executor.backends.miles import default_run_id, run_miles  # noqa: PLC0415
+
+    if args.dry_run:
+        run_miles(plan, args.plan, dry_run=True)
+        return 0
+    from executor.miles_store import MilesStepSink  # noqa: PLC0415
+    from executor.records import RunRecord, environment, plan_hash  # noqa: PLC0415
+    from executor.store import Store  # noqa: PLC0415
+
+    run_id = default_run_id(plan)
+    run_dir = args.run_dir or Path("runs") / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    args.store.parent.mkdir(parents=True, exist_ok=True)
+    store = Store(args.store)
+    lay = plan.train.layout
+    store.create_run(RunRecord(
+        run_id=run_id, plan_id=plan.id, plan_hash=plan_hash(args.plan), plan_path=str(args.plan), backend="miles",
+        hardware=plan.hardware, layout=f"TP{lay.tp}/PP{lay.pp}/EP{lay.ep}", run_dir=str(run_dir),
+        started_at=time.time(), environment=environment(),
+        predicted=plan.predicted.model_dump(exclude_none=True)))
+    result = run_miles(plan, args.plan, ray_address=args.ray_address, store=MilesStepSink(store),
+                       log_path=run_dir / "job.log", timeout_s=args.timeout, run_id=run_id)
+    store.update_run_info(run_id, job_id=result.job_id, message=result.message, log_path=str(run_dir / "job.log"))
+    store.finish_run(run_id, "finished" if result.ok else result.status.lower())
+    print(f"{run_id}: {result.status}, {len(result.steps)} steps stored in {args.store}")
+    return 0 if result.ok else 1
+
+
+def _launch(args: argparse.Namespace) -> int:
+    from perfmodel.spec.plan import load_plan  # noqa: PLC0415
+
+    plan = load_plan(args.plan)
+    if plan.executor.backend == "miles":
+        return _launch_miles(args, plan)
+    if args.dry_run or args.ray_address or args.timeout:
+        raise InputError(args.plan, "executor.backend", "--dry-run, --ray-address and --timeout are for backend "
+                         "miles; this plan runs backend local")
+    return _launch_local(args)
+
+
+def _launch_local(args: argparse.Namespace) -> int:
+    from executor.backends.local.options import LocalOptions  # noqa: PLC0415
+    from executor.backends.local.runner import launch  # noqa: PLC0415
+    from executor.plan_check import check_plan  # noqa: PLC0415
+
+    if args.steps is not None and args.steps < 1:
+        raise InputError("--steps", "", f"needs a positive number of steps, got {args.steps}")
+    checked = check_plan(args.plan)
+    steps = args.steps or LocalOptions.model_validate(checked.plan.executor.options).steps
+    run_id = f"{checked.plan.id}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = args.run_dir or Path("runs") / run_id
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise InputError(str(run_dir), "--run-dir", "exists and is not empty; choose another folder")
+    return launch(checked, run_id, run_dir, args.store, steps)
+
+
+def _open_store(path: Path) -> Any:
+    from executor.store import Store  # noqa: PLC0415
+
+    if not path.exists():
+        raise InputError(str(path), "--store", "no such store; run `executor launch` first or pass --store")
+    return Store(path)
+
+
+def _runs(args: argparse.Namespace) -> int:
+    store = _open_store(args.store)
+    rows = store.runs()
+    if not rows:
+        print("no runs")
+        return 0
+    print(f"{'run':44} {'status':9} {'steps':>5} {'hardware':10} {'layout':22} started")
+    for r in rows:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started_at"]))
+        print(f"{r['run_id']:44} {r['status']:9} {r['steps']:>5} {r['hardware']:10} {r['layout']:22} {started}")
+    return 0
+
+
+def _fmt(x: float | None, unit: str = "s") -> str:
+    if x is None:
+        return "-"
+    return f"{x:.3f} {unit}" if unit else f"{x:.4f}"
+
+
+def _show(args: argparse.Namespace) -> int:
+    from executor.records import PHASE_TO_PREDICTED, PHASES  # noqa: PLC0415
+
+    store = _open_store(args.store)
+    matches = [r for r in store.runs() if r["run_id"].startswith(args.run)]
+    if len(matches) != 1:
+        raise InputError(str(args.store), "run", f"'{args.run}' matches {len(matches)} runs; `executor runs` lists them")
+    run = store.run(matches[0]["run_id"])
+    assert run is not None
+    steps = store.steps(run["run_id"])
+    info = run["info"]
+    print(f"run {run['run_id']}  plan {run['plan_id']} (sha256 {run['plan_hash']})  status {run['status']}")
+    print(f"hardware {run['hardware']}  layout {run['layout']}  host {run['environment'].get('host')}  "
+          f"run dir {run['run_dir']}")
+    pk = run["environment"].get("packages", {})
+    print("versions " + ", ".join(f"{k} {v}" for k, v in pk.items() if v))
+    if "engine_start_s" in info:
+        print(f"engine start {info['engine_start_s']:.1f} s; rollout weights: {info.get('engine_weight_format')}; "
+              f"weight update mode {info.get('weight_update_mode')}")
+    if not steps:
+        print("no steps recorded")
+        return 0
+    print(f"\n{len(steps)} steps; per phase: measured median, mean, max vs the plan's prediction"
+          " (- : not predicted, or not applicable on this machine)")
+    print(f"{'phase':15} {'median':>10} {'mean':>10} {'max':>10} {'predicted':>12}")
+    for phase in PHASES:
+        vals = [v for v in (s["phases_s"].get(phase) for s in steps) if v is not None]
+        pred = run["predicted"].get(PHASE_TO_PREDICTED.get(phase, ""), None)
+        med, mean, top = ((statistics.median(vals), statistics.fmean(vals), max(vals)) if vals else (None, None, None))
+        print(f"{phase:15} {_fmt(med):>10} {_fmt(mean):>10} {_fmt(top):>10} {_fmt(pred):>12}")
+    engine_rss = max((s["peak_rss_bytes"].get("engine", 0) for s in steps), default=0)
+    trainer_rss = max((v for s in steps for k, v in s["peak_rss_bytes"].items() if k.startswith("rank")), default=0)
+    if trainer_rss or engine_rss:
+        print(f"peak RSS: trainer rank max {trainer_rss / 2**30:.2f} GiB, SGLang engine processes "
+              f"{engine_rss / 2**30:.2f} GiB")
+    print(f"\n{'step':>4} {'step_s':>7} {'reward':>7} {'abs_diff':>9} {'kl':>9} {'lp_mean':>8} {'grad_norm':>9} {'rss_max':>9}")
+    for s in steps:
+        rss = max(s["peak_rss_bytes"].values(), default=0) / 2**30
+        step_s = s["phases_s"].get("step")
+        print(f"{s['step']:>4} {float('nan') if step_s is None else step_s:7.2f} {s['reward_mean']:7.3f} "
+              f"{s['train_rollout_logprob_abs_diff']:9.4f} {s['train_rollout_kl']:9.5f} "
+              f"{s.get('rollout_log_prob_mean', float('nan')):8.3f} "
+              f"{s['train_stats'].get('grad_norm', float('nan')):9.3f} {rss:8.2f}G")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "launch":
+            return _launch(args)
+        if args.command == "runs":
+            return _runs(args)
+        return _show(args)
+    except InputError as err:
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {err.one_line()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

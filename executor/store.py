@@ -1,0 +1,143 @@
+"""The measurement store: SQLite in WAL mode, one transaction per step.
+
+A crash loses at most the step in flight: each step is written and committed on its own (synchronous=FULL),
+and a reader sees only committed steps. Tables: `runs` (one row per launch) and `steps` (one row per GRPO step,
+the phase columns for queries and the whole `StepRecord` as JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from executor.records import RunRecord, StepRecord, to_json_text
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    plan_id TEXT NOT NULL,
+    plan_hash TEXT NOT NULL,
+    plan_path TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    hardware TEXT NOT NULL,
+    layout TEXT NOT NULL,
+    run_dir TEXT NOT NULL,
+    status TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    finished_at REAL,
+    environment TEXT NOT NULL,
+    predicted TEXT NOT NULL,
+    info TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS steps (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    step INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    step_s REAL,
+    rollout_s REAL,
+    log_probs_s REAL,
+    train_s REAL,
+    weight_update_s REAL,
+    reward_mean REAL,
+    logprob_abs_diff REAL,
+    rollout_kl REAL,
+    record TEXT NOT NULL,
+    written_at REAL NOT NULL,
+    PRIMARY KEY (run_id, step)
+);
+"""
+
+
+class Store:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.execute("PRAGMA busy_timeout=30000")
+        self.conn.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def journal_mode(self) -> str:
+        return str(self.conn.execute("PRAGMA journal_mode").fetchone()[0])
+
+    # -------------------------------------------------------------- writing
+
+    def create_run(self, run: RunRecord) -> None:
+        with self._transaction():
+            self.conn.execute(
+                "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run.run_id, run.plan_id, run.plan_hash, run.plan_path, run.backend, run.hardware, run.layout,
+                 run.run_dir, run.status, run.started_at, run.finished_at, to_json_text(run.environment),
+                 to_json_text(run.predicted), to_json_text(run.info)),
+            )
+
+    def update_run_info(self, run_id: str, **info: Any) -> None:
+        with self._transaction():
+            row = self.conn.execute("SELECT info FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            merged = {**json.loads(row["info"]), **info} if row else info
+            self.conn.execute("UPDATE runs SET info=? WHERE run_id=?", (to_json_text(merged), run_id))
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        with self._transaction():
+            self.conn.execute("UPDATE runs SET status=?, finished_at=? WHERE run_id=?", (status, time.time(), run_id))
+
+    def write_step(self, run_id: str, record: StepRecord) -> None:
+        """One transaction: the step is either fully stored or not at all."""
+        p = record.phases_s
+        with self._transaction():
+            self.conn.execute(
+                "INSERT OR REPLACE INTO steps VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, record.step, record.started_at, p.get("step"), p.get("rollout"), p.get("log_probs"),
+                 p.get("train"), p.get("weight_update"), record.reward_mean, record.train_rollout_logprob_abs_diff,
+                 record.train_rollout_kl, to_json_text(record.to_json()), time.time()),
+            )
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self.conn)
+
+    # -------------------------------------------------------------- reading
+
+    def runs(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            "SELECT r.*, (SELECT COUNT(*) FROM steps s WHERE s.run_id=r.run_id) AS steps "
+            "FROM runs r ORDER BY started_at").fetchall()
+        return [_row(r) for r in rows]
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        row = self.conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        return _row(row) if row else None
+
+    def steps(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self.conn.execute("SELECT record FROM steps WHERE run_id=? ORDER BY step", (run_id,)).fetchall()
+        return [json.loads(r["record"]) for r in rows]
+
+    def step_count(self, run_id: str) -> int:
+        return int(self.conn.execute("SELECT COUNT(*) FROM steps WHERE run_id=?", (run_id,)).fetchone()[0])
+
+
+class _Transaction:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _row(row: sqlite3.Row) -> dict[str, Any]:
+    out = dict(row)
+    for key in ("environment", "predicted", "info"):
+        if key in out and isinstance(out[key], str):
+            out[key] = json.loads(out[key])
+    return out
