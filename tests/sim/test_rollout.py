@@ -5,12 +5,9 @@ against a token-by-token reference, and the event count (the speed metric) growi
 
 from __future__ import annotations
 
-import copy
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
 from perfmodel.errors import InputError
 from perfmodel.sim.rollout import (
@@ -22,19 +19,12 @@ from perfmodel.sim.rollout import (
     response_lengths,
     simulate_rollout,
 )
-from perfmodel.spec.case import ValidationCase, load_case
+from perfmodel.spec.case import load_case
 from perfmodel.spec.scenario import build_scenario
 
-CASES = Path(__file__).resolve().parents[2] / "studies" / "validation" / "cases"
-GB300 = CASES / "miles-gb300-dsv4flash-bf16train.yaml"
-
-
-def _base() -> dict:
-    return copy.deepcopy(yaml.safe_load(GB300.read_text()))
-
-
-def _scn(d: dict):
-    return build_scenario(ValidationCase.model_validate(d))
+from tests.sim.gb300_case import GB300
+from tests.sim.gb300_case import gb300_case as _base
+from tests.sim.gb300_case import scenario_of as _scn
 
 
 def _disagg(d: dict, rollout_gpus: int) -> dict:

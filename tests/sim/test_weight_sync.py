@@ -3,11 +3,8 @@ disk, FP8 vs BF16 rollout."""
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
 
 import pytest
-import yaml
 
 from perfmodel.sim.weight_sync import (
     GB300_BUCKET_RUNS,
@@ -18,19 +15,12 @@ from perfmodel.sim.weight_sync import (
     bucket_fit,
     weight_update_time,
 )
-from perfmodel.spec.case import ValidationCase, load_case
+from perfmodel.spec.case import load_case
 from perfmodel.spec.scenario import build_scenario
 
-CASES = Path(__file__).resolve().parents[2] / "studies" / "validation" / "cases"
-GB300 = CASES / "miles-gb300-dsv4flash-bf16train.yaml"
-
-
-def _base() -> dict:
-    return copy.deepcopy(yaml.safe_load(GB300.read_text()))
-
-
-def _scn(d: dict):
-    return build_scenario(ValidationCase.model_validate(d))
+from tests.sim.gb300_case import GB300
+from tests.sim.gb300_case import gb300_case as _base
+from tests.sim.gb300_case import scenario_of as _scn
 
 
 def _with_bucket(mb: float) -> dict:
