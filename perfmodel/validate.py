@@ -32,14 +32,24 @@ def score_case(case: ValidationCase, path: str, hardware: HardwareProfile | None
         predicted = predict_metrics(scenario)
     except (InputError, NotPredicted) as err:
         res.failed_reason = str(err)
+    except (ArithmeticError, ValueError, KeyError, IndexError, TypeError) as err:
+        # A case the simulator cannot handle is a failed case with the reason shown, never a crash of the
+        # whole validation (unseen cases exercise paths the public ones do not).
+        res.failed_reason = f"simulator error ({type(err).__name__}): {' '.join(str(err).split())[:200]}"
+    if res.failed_reason is not None:
         for metric, measured in case.measured.items():
             res.rows.append({"id": case.id, "metric": metric, "measured": measured, "predicted": None,
                              "rel_error": None})
         return res
+    missing = []
     for metric, measured in case.measured.items():
         pred = predicted.get(metric)
         rel = None if pred is None else (pred - measured) / measured
         res.rows.append({"id": case.id, "metric": metric, "measured": measured, "predicted": pred, "rel_error": rel})
+        if pred is None:
+            missing.append(metric)
+    if missing:  # listed, never skipped silently
+        res.failed_reason = f"not predicted for {case.kind} runs: {', '.join(missing)}"
     return res
 
 

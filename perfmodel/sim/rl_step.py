@@ -77,6 +77,9 @@ class RLStepResult:
             "rollout_tokens_per_gpu_s": ro.tokens_generated / ro.rollout_time_s / rl.rollout_gpus,
             "train_tokens_per_s": self.train_side.tokens / self.train_side.train.step_time_s,
             "tokens_per_s_per_gpu": self.train_side.tokens / self.step_time_s / gpus,
+            # Miles' perf/actor_train_tflops and perf/actor_train_mfu: model FLOPs of the actor training phase
+            "tflops_per_gpu": self.train_side.train.model_tflops_per_gpu,
+            "mfu": self.train_side.train.mfu,
         }
         if self.phases_s.get("ref_log_probs"):
             out["ref_log_probs_time_s"] = self.phases_s["ref_log_probs"]
