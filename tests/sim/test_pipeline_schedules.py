@@ -87,3 +87,17 @@ def test_registry_names():
     assert set(SCHEDULES) == {"1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev"}
     with pytest.raises(ValueError, match="valid"):
         make_schedule("gpipe", 2, 2)
+
+
+def test_forward_only_flow_equals_the_simpy_processes():
+    import random
+
+    rng = random.Random(3)
+    times = {(vs, mb): OpTimes(rng.uniform(0.5, 2.0), 0.0, f_comm_s={"tp": 0.1}) for vs in range(5) for mb in range(9)}
+    s = ForwardOnly(make_schedule("1f1b", 5, 9))
+    fast = run_pipeline(s, lambda vs, mb: times[(vs, mb)], lambda vs: 0.3)
+    slow = run_pipeline(s, lambda vs, mb: times[(vs, mb)], lambda vs: 0.3, record_trace=True)  # simpy path
+    assert fast.makespan_s == pytest.approx(slow.makespan_s, rel=1e-12)
+    for a, b in zip(fast.ranks, slow.ranks):
+        assert a.end_s == pytest.approx(b.end_s, rel=1e-12)
+        assert a.busy_s == pytest.approx(b.busy_s, rel=1e-12)
