@@ -43,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="a run: measured per phase next to the plan's prediction")
     show.add_argument("run", help="run id (a unique prefix is enough)")
     show.add_argument("--store", type=Path, default=DEFAULT_STORE)
+    export = sub.add_parser("export", help="a run as a validation case (for perfmodel validate / calibrate)")
+    export.add_argument("run", help="run id (a unique prefix is enough)")
+    export.add_argument("--out", required=True, type=Path, help="case YAML to write")
+    export.add_argument("--skip-steps", type=int, default=1, help="warm-up steps left out (default 1)")
+    export.add_argument("--store", type=Path, default=DEFAULT_STORE)
     return p
 
 
@@ -52,7 +57,7 @@ def _launch_miles(args: argparse.Namespace, plan: Any) -> int:
     if args.dry_run:
         run_miles(plan, args.plan, dry_run=True)
         return 0
-    from executor.miles_store import MilesStepSink  # noqa: PLC0415
+    from executor.measurement_sink import MeasurementSink  # noqa: PLC0415
     from executor.records import RunRecord, environment, plan_hash  # noqa: PLC0415
     from executor.store import Store  # noqa: PLC0415
 
@@ -67,7 +72,7 @@ def _launch_miles(args: argparse.Namespace, plan: Any) -> int:
         hardware=plan.hardware, layout=f"TP{lay.tp}/PP{lay.pp}/EP{lay.ep}", run_dir=str(run_dir),
         started_at=time.time(), environment=environment(),
         predicted=plan.predicted.model_dump(exclude_none=True)))
-    result = run_miles(plan, args.plan, ray_address=args.ray_address, store=MilesStepSink(store),
+    result = run_miles(plan, args.plan, ray_address=args.ray_address, store=MeasurementSink(store),
                        log_path=run_dir / "job.log", timeout_s=args.timeout, run_id=run_id)
     store.update_run_info(run_id, job_id=result.job_id, message=result.message, log_path=str(run_dir / "job.log"))
     store.finish_run(run_id, "finished" if result.ok else result.status.lower())
@@ -130,15 +135,31 @@ def _fmt(x: float | None, unit: str = "s") -> str:
     return f"{x:.3f} {unit}" if unit else f"{x:.4f}"
 
 
+def _find_run(store: Any, prefix: str, store_path: Path) -> dict[str, Any]:
+    matches = [r for r in store.runs() if r["run_id"].startswith(prefix)]
+    if len(matches) != 1:
+        raise InputError(str(store_path), "run", f"'{prefix}' matches {len(matches)} runs; `executor runs` lists them")
+    run = store.run(matches[0]["run_id"])
+    assert run is not None
+    return run
+
+
+def _export(args: argparse.Namespace) -> int:
+    from executor.export import run_as_case, write_case  # noqa: PLC0415
+
+    store = _open_store(args.store)
+    run = _find_run(store, args.run, args.store)
+    data = run_as_case(run, store.steps(run["run_id"]), str(args.store), args.skip_steps)
+    write_case(data, args.out)
+    print(f"wrote {args.out}: case {data['id']} with {', '.join(data['measured'])}")
+    return 0
+
+
 def _show(args: argparse.Namespace) -> int:
     from executor.records import PHASE_TO_PREDICTED, PHASES  # noqa: PLC0415
 
     store = _open_store(args.store)
-    matches = [r for r in store.runs() if r["run_id"].startswith(args.run)]
-    if len(matches) != 1:
-        raise InputError(str(args.store), "run", f"'{args.run}' matches {len(matches)} runs; `executor runs` lists them")
-    run = store.run(matches[0]["run_id"])
-    assert run is not None
+    run = _find_run(store, args.run, args.store)
     steps = store.steps(run["run_id"])
     info = run["info"]
     print(f"run {run['run_id']}  plan {run['plan_id']} (sha256 {run['plan_hash']})  status {run['status']}")
@@ -183,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             return _launch(args)
         if args.command == "runs":
             return _runs(args)
+        if args.command == "export":
+            return _export(args)
         return _show(args)
     except InputError as err:
         if args.debug:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from executor.cli import main
-from executor.miles_store import MilesStepSink
+from executor.measurement_sink import MeasurementSink
 from executor.records import RunRecord, environment
 from executor.store import Store
 
@@ -35,7 +35,7 @@ def test_miles_steps_are_stored_and_shown(tmp_path, capsys):
                                backend="miles", hardware="mi355x", layout="TP1/PP4/EP4", run_dir=str(tmp_path),
                                started_at=time.time(), environment=environment(),
                                predicted={"rollout_time_s": 60.0, "step_time_s": 300.0}))
-    sink = MilesStepSink(store)
+    sink = MeasurementSink(store)
     for step, rollout in enumerate((70.0, 71.0)):
         sink.add_step(run_id="seed-run", plan_id="seed", backend="miles",
                       measurement={"step": step, "rollout_time_s": rollout, "train_time_s": 100.0,

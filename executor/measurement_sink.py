@@ -1,4 +1,4 @@
-"""Adapter from the miles backend's per-step measurement dicts to the store's StepRecord rows, so local and
+"""Adapter from per-step measurement dicts (the miles backend's) to the store's StepRecord rows, so local and
 Miles runs share one SQLite schema (`executor runs`, `executor show`)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ MEASURED_PHASES = {"rollout": "rollout_time_s", "log_probs": "log_probs_time_s",
                    "weight_update": "weight_update_time_s", "step": "step_time_s"}
 
 
-class MilesStepSink:
+class MeasurementSink:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.steps = 0

@@ -1,0 +1,50 @@
+"""`executor export RUN`: a finished run as a validation case (the plan's run + the measured medians), so
+`perfmodel validate` scores the model on it and `perfmodel calibrate` fits a hardware profile to it."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from executor.records import PHASE_TO_PREDICTED, plan_hash
+from perfmodel.errors import InputError
+from perfmodel.spec.case import ValidationCase
+from perfmodel.spec.loading import parse
+from perfmodel.spec.plan import load_plan
+
+
+def run_as_case(run: dict[str, Any], steps: list[dict[str, Any]], store_path: str, skip_steps: int = 1
+                ) -> dict[str, Any]:
+    """The case dict of a stored run. The first `skip_steps` steps are left out (warm-up: allocation, first
+    weight update); each phase is the median of the rest."""
+    plan_path = run["plan_path"]
+    if not Path(plan_path).exists():
+        raise InputError(store_path, "plan_path", f"the run's plan {plan_path} is gone; export needs it")
+    if plan_hash(plan_path) != run["plan_hash"]:
+        raise InputError(plan_path, "", "changed since the run (sha256 differs); export needs the plan it ran")
+    kept = steps[skip_steps:] or steps
+    if not kept:
+        raise InputError(store_path, "run", f"run {run['run_id']} has no steps")
+    measured: dict[str, float] = {}
+    for phase, metric in PHASE_TO_PREDICTED.items():
+        vals = [v for v in (s["phases_s"].get(phase) for s in kept) if v]
+        if vals:
+            measured[metric] = statistics.median(vals)
+    plan = load_plan(plan_path)
+    data = plan.model_dump(mode="json", by_alias=True, exclude_none=True,
+                           include={"kind", "hardware", "gpus", "model", "train", "rl"})
+    case_id = re.sub(r"[^a-z0-9.\-]+", "-", run["run_id"].lower()).strip("-")
+    data |= {"id": case_id, "measured": measured,
+             "source": f"executor run {run['run_id']} ({run['backend']} backend, plan {run['plan_id']} sha256 "
+                       f"{run['plan_hash']}): median of {len(kept)} steps after {len(steps) - len(kept)} warm-up",
+             "notes": f"host {run['environment'].get('host')}; exported from {store_path}"}
+    parse(ValidationCase, data, f"export of {run['run_id']}")  # the contract holds before anything is written
+    return data
+
+
+def write_case(data: dict[str, Any], out: str | Path) -> None:
+    Path(out).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")

@@ -1,0 +1,55 @@
+"""`executor export`: a stored run becomes a validation case that perfmodel loads and scores."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from executor.cli import main
+from executor.measurement_sink import MeasurementSink
+from executor.records import RunRecord, environment, plan_hash
+from executor.store import Store
+from perfmodel.spec.case import load_case
+from perfmodel.validate import run_validation
+
+REPO = Path(__file__).resolve().parents[2]
+PLAN = REPO / "examples" / "local-grpo.yaml"
+
+
+def _store_with_run(path: Path, plan: Path = PLAN) -> None:
+    store = Store(path)
+    store.create_run(RunRecord(run_id="local-grpo-x", plan_id="local-grpo", plan_hash=plan_hash(plan),
+                               plan_path=str(plan), backend="local", hardware="cpu-local", layout="TP1/PP1/DP1",
+                               run_dir=str(path.parent), started_at=time.time(), environment=environment(),
+                               predicted={}))
+    sink = MeasurementSink(store)  # any backend's steps land in the same table
+    for step, rollout in enumerate((9.0, 0.4, 0.5, 0.3)):
+        sink.add_step(run_id="local-grpo-x", plan_id="local-grpo", backend="local",
+                      measurement={"step": step, "rollout_time_s": rollout, "train_time_s": 0.3,
+                                   "step_time_s": rollout + 0.4})
+    store.close()
+
+
+def test_export_writes_a_loadable_case(tmp_path, capsys):
+    store = tmp_path / "s.sqlite"
+    _store_with_run(store)
+    out = tmp_path / "case.yaml"
+    assert main(["export", "local-grpo", "--store", str(store), "--out", str(out)]) == 0
+    case = load_case(out)
+    assert case.id == "local-grpo-x" and case.hardware == "cpu-local"
+    assert case.measured.rollout_time_s == 0.4  # median of the steps after the warm-up step
+    assert case.measured.train_time_s == 0.3
+    report = run_validation([str(out)])
+    assert {r["metric"] for r in report["cases"]} == {"rollout_time_s", "train_time_s", "step_time_s"}
+    assert all(r["predicted"] is not None for r in report["cases"])
+
+
+def test_export_refuses_a_changed_plan(tmp_path, capsys):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN.read_text())
+    store = tmp_path / "s.sqlite"
+    _store_with_run(store, plan)
+    plan.write_text(PLAN.read_text() + "\n# edited\n")
+    rc = main(["export", "local", "--store", str(store), "--out", str(tmp_path / "c.yaml")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "changed since the run" in err and err.count("\n") == 1
