@@ -89,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     from perfmodel.sweep.spec import default_sweep_path, load_sweep_spec
 
     console = Console()
+    if not console.is_terminal:  # logs and pipes: wide enough for the plan table
+        console = Console(width=160)
     spec_path = args.spec or str(default_sweep_path())
     spec = load_sweep_spec(spec_path)
     updates: dict[str, Any] = {}
