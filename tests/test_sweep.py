@@ -123,6 +123,16 @@ def test_cli_writes_outputs_and_the_cache_makes_reruns_instant(tmp_path, capsys,
     assert summary2["top"][0]["label"] == summary["top"][0]["label"]
 
 
+def test_out_folder_with_results_is_not_overwritten(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "candidates.csv").write_text("earlier results")
+    assert main(["sweep", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out" in err
+    assert (out / "candidates.csv").read_text() == "earlier results"
+
+
 def test_bad_sweep_file_one_line(tmp_path, capsys):
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump({"hardware": "mi355x", "model": {"id": "deepseek-v4-flash"}, "nodes": [4],

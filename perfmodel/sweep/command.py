@@ -114,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
     if not candidates:
         raise InputError(spec_path, "space", "no candidate plans: widen the space or the node counts")
     out = Path(args.out or Path("sweeps") / time.strftime("%Y%m%d-%H%M%S"))
+    if (out / "candidates.csv").exists():  # never overwrite an earlier sweep's results
+        raise InputError(str(out), "--out", "holds an earlier sweep's results; choose another folder")
     out.mkdir(parents=True, exist_ok=True)
     cache = None if args.no_cache else ResultCache(default_cache_path())
     model_key = json.dumps(spec.model.model_dump(), sort_keys=True)
