@@ -67,6 +67,7 @@ def test_trace_is_chrome_json(tmp_path: Path) -> None:
     tw.flush()
     data = json.loads((tmp_path / "trace.json").read_text())
     spans = [e for e in data["traceEvents"] if e["ph"] == "X"]
-    assert {(e["name"], e["ts"], e["dur"], e["pid"]) for e in spans} == {("rollout", 500000.0, 250000.0, 0),
-                                                                          ("train", 750000.0, 500000.0, 1)}
+    process = {e["pid"]: e["args"]["name"] for e in data["traceEvents"] if e["name"] == "process_name"}
+    assert {(e["name"], e["ts"], e["dur"], process[e["pid"]]) for e in spans} == {
+        ("rollout", 500000.0, 250000.0, "rank 0"), ("train", 750000.0, 500000.0, "rank 1")}
     assert all({"name", "ph", "ts", "dur", "pid", "tid"} <= set(e) for e in spans)
