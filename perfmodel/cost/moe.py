@@ -38,10 +38,15 @@ class MoEAssumptions:
     balance_factor: float = DEFAULT_BALANCE_FACTOR  # learned routing: max/mean tokens over EP ranks
     zipf_s: float = DEFAULT_ZIPF_S
     seed: int = 0
-    # Host-side cost per MoE layer and pass (forward, backward) that no kernel accounts for: eager Megatron's
-    # dispatcher syncs token counts to the host (tokens_per_expert) before its all-to-all, which exposes the
-    # Python launch time of the layer. 0 = not modelled; a calibration parameter (no public figure found).
-    layer_host_overhead_s: float = 0.0
+    # Host time of one MoE layer, forward and backward: eager Megatron's alltoall dispatcher copies token counts
+    # to the host every MoE layer (tokens_per_expert for the all-to-all splits and the grouped GEMM), so the host
+    # cannot run ahead of the GPU there and the layer takes at least the host's time to issue its ops.
+    # Measured by benchmarks/measure_host_ops.py (benchmarks/results/host-ops.json): a grouped-GEMM MoE layer of
+    # megatron-core 0.16.1 issues 139 aten ops forward and 155 backward, at 26.96 us and 11.88 us per op on the
+    # measuring host (tiny tensors, one thread): 3.75 ms and 1.84 ms. The measuring host is a 2-core VM, not a
+    # GPU server's CPU, and a GPU launch adds a few us per op: treat as an estimate; 0 turns the floor off.
+    layer_host_fwd_s: float = 139 * 26.96e-6
+    layer_host_bwd_s: float = 155 * 11.88e-6
 
 
 @lru_cache(maxsize=16)

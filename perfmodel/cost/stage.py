@@ -237,9 +237,10 @@ def _layer_times(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, Gr
     if hit is None:
         w = layer_work(m, layer, s, imbalance)
         t = time_work(scn.hardware, w, places)
-        if layer.ffn.kind == "moe" and moe.layer_host_overhead_s > 0:
-            t.fwd += moe.layer_host_overhead_s
-            t.bwd_in += moe.layer_host_overhead_s
+        if layer.ffn.kind == "moe":
+            # Host floor (MoEAssumptions): the pass takes at least the host's time to issue the layer's ops.
+            t.fwd += max(0.0, moe.layer_host_fwd_s - t.fwd - sum(t.fwd_comm.values()))
+            t.bwd_in += max(0.0, moe.layer_host_bwd_s - t.bwd_in - t.bwd_w - sum(t.bwd_comm.values()))
         if len(_LAYER_CACHE) >= _CHUNK_CACHE_MAX * 4:
             _LAYER_CACHE.clear()
         hit = _LAYER_CACHE[key] = (t, w.model_flops_fwd)

@@ -79,12 +79,24 @@ def test_dsv4_chunk(dsv4):
 def test_hash_layers_cost_more_than_balanced(dsv4):
     t, s = _tokens(dsv4), dsv4.train.seq_len
     assert dsv4.model.layers[0].ffn.hash_routed
-    zipfy = chunk_cost(dsv4, 0, t, s, MoEAssumptions(zipf_s=1.3))
-    mild = chunk_cost(dsv4, 0, t, s, MoEAssumptions(zipf_s=0.6))
+    gpu = {"layer_host_fwd_s": 0.0, "layer_host_bwd_s": 0.0}  # the GPU side alone, without the host floor
+    zipfy = chunk_cost(dsv4, 0, t, s, MoEAssumptions(zipf_s=1.3, **gpu))
+    mild = chunk_cost(dsv4, 0, t, s, MoEAssumptions(zipf_s=0.6, **gpu))
     assert zipfy.fwd_compute_s > mild.fwd_compute_s
     assert zipfy.fwd_comm_s["ep_a2a"] > mild.fwd_comm_s["ep_a2a"]
-    skewed = chunk_cost(dsv4, 4, t, s, MoEAssumptions(balance_factor=1.5))
-    assert skewed.fwd_compute_s > chunk_cost(dsv4, 4, t, s).fwd_compute_s
+    skewed = chunk_cost(dsv4, 4, t, s, MoEAssumptions(balance_factor=1.5, **gpu))
+    assert skewed.fwd_compute_s > chunk_cost(dsv4, 4, t, s, MoEAssumptions(**gpu)).fwd_compute_s
+
+
+def test_moe_layers_take_at_least_the_hosts_time(dsv4):
+    """Host floor: a tiny micro-batch's MoE layers cannot run faster than the host issues their ops."""
+    tiny = chunk_cost(dsv4, 1, 64, 64)
+    n_moe = sum(1 for layer in dsv4.model.layers[: dsv4.stage_layers[0] + dsv4.stage_layers[1]][dsv4.stage_layers[0]:]
+                if layer.ffn.kind == "moe")
+    moe = MoEAssumptions()
+    assert tiny.fwd_compute_s + sum(tiny.fwd_comm_s.values()) >= n_moe * moe.layer_host_fwd_s * 0.999
+    off = chunk_cost(dsv4, 1, 64, 64, MoEAssumptions(layer_host_fwd_s=0.0, layer_host_bwd_s=0.0))
+    assert off.fwd_compute_s < tiny.fwd_compute_s
 
 
 def test_selective_recompute_is_attention_only(case_dict):
