@@ -237,10 +237,12 @@ def _layer_times(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, Gr
     if hit is None:
         w = layer_work(m, layer, s, imbalance)
         t = time_work(scn.hardware, w, places)
-        if layer.ffn.kind == "moe":
-            # Host floor (MoEAssumptions): the pass takes at least the host's time to issue the layer's ops.
-            t.fwd += max(0.0, moe.layer_host_fwd_s - t.fwd - sum(t.fwd_comm.values()))
-            t.bwd_in += max(0.0, moe.layer_host_bwd_s - t.bwd_in - t.bwd_w - sum(t.bwd_comm.values()))
+        # Host floor (MoEAssumptions): a pass takes at least the host's time to issue the layer's ops.
+        moe_layer = layer.ffn.kind == "moe"
+        host_fwd = moe.layer_host_fwd_s if moe_layer else moe.dense_host_fwd_s
+        host_bwd = moe.layer_host_bwd_s if moe_layer else moe.dense_host_bwd_s
+        t.fwd += max(0.0, host_fwd - t.fwd - sum(t.fwd_comm.values()))
+        t.bwd_in += max(0.0, host_bwd - t.bwd_in - t.bwd_w - sum(t.bwd_comm.values()))
         if len(_LAYER_CACHE) >= _CHUNK_CACHE_MAX * 4:
             _LAYER_CACHE.clear()
         hit = _LAYER_CACHE[key] = (t, w.model_flops_fwd)

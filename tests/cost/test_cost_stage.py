@@ -89,7 +89,7 @@ def test_hash_layers_cost_more_than_balanced(dsv4):
 
 
 def test_moe_layers_take_at_least_the_hosts_time(dsv4):
-    """Host floor: a tiny micro-batch's MoE layers cannot run faster than the host issues their ops."""
+    """Host floor: a tiny micro-batch's layers cannot run faster than the host issues their ops."""
     tiny = chunk_cost(dsv4, 1, 64, 64)
     n_moe = sum(1 for layer in dsv4.model.layers[: dsv4.stage_layers[0] + dsv4.stage_layers[1]][dsv4.stage_layers[0]:]
                 if layer.ffn.kind == "moe")
