@@ -27,7 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="executor", description="Run a perfmodel plan for real and record its timings.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True)
-    launch = sub.add_parser("launch", help="run a plan (backend local: SGLang + megatron-core GRPO on this machine)")
+    launch = sub.add_parser("launch", help="run a plan: backend local (SGLang + megatron-core GRPO on this machine) "
+                            "or miles (Ray job on a cluster; --dry-run prints it)")
     launch.add_argument("--plan", required=True, help="plan file (YAML/JSON) as written by perfmodel sweep")
     launch.add_argument("--steps", type=int, help="GRPO steps (default: executor.options.steps)")
     launch.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"SQLite store (default {DEFAULT_STORE})")

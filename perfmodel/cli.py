@@ -146,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_check)
 
     _register_later_commands(sub)
+    for sp in sub.choices.values():  # `perfmodel validate --debug` works as well as `perfmodel --debug validate`
+        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks for errors")
     return p
 
 

@@ -104,3 +104,9 @@ def test_models_summary(capsys):
 def test_unknown_model_id_exit_2(capsys):
     rc, _, err = _run(["models", "gpt-5"], capsys)
     assert rc == 2 and "gpt-5" in err and "llama3-8b" in err
+
+
+def test_debug_after_the_subcommand(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "perfmodel.cli", "validate", str(tmp_path / "none.yaml"), "--debug"],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
