@@ -13,9 +13,14 @@ from perfmodel.spec.hardware import HardwareProfile, load_hardware
 from perfmodel.spec.loading import read_mapping
 
 
-def apply_calibration_file(path: str | Path, hardware_ref: str, source: str = "") -> HardwareProfile:
+def apply_calibration_file(path: str | Path, hardware_ref: str | None = None, source: str = "") -> HardwareProfile:
+    """The profile with the overlay applied; `hardware_ref` None takes the overlay's own hardware id."""
     data = read_mapping(path)
-    hw = load_hardware(hardware_ref, source=source)
+    if hardware_ref is None:
+        hardware_ref = data.get("hardware")
+        if not isinstance(hardware_ref, str):
+            raise InputError(str(path), "hardware", "a calibration overlay names its hardware id")
+    hw = load_hardware(hardware_ref, source=source or str(path))
     if data.get("hardware") not in (None, hw.id):
         raise InputError(str(path), "hardware", f"calibration is for {data.get('hardware')!r}, the run uses {hw.id!r}")
     params = data.get("params")
@@ -43,7 +48,7 @@ def fit_calibration(cases: list, hw: HardwareProfile, names: list[str], metrics:
     import numpy as np
     from scipy.optimize import least_squares
 
-    from perfmodel.predict import NotPredicted, simulate_scenario
+    from perfmodel.predict import simulate_scenario
     from perfmodel.spec.scenario import build_scenario
 
     start = hw.calibration_params()
@@ -63,7 +68,7 @@ def fit_calibration(cases: list, hw: HardwareProfile, names: list[str], metrics:
         for case in cases:
             try:
                 pred = simulate_scenario(build_scenario(case, hardware=trial)).metrics()
-            except (InputError, NotPredicted):
+            except InputError:
                 continue
             for metric, measured in case.measured.items():
                 if (metrics is None or metric in metrics) and pred.get(metric):

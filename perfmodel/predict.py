@@ -15,10 +15,6 @@ from perfmodel.spec.run import RunSpec
 from perfmodel.spec.scenario import Scenario, build_scenario
 
 
-class NotPredicted(Exception):
-    """The model cannot predict this scenario (and says why); counted as a failed case, never skipped."""
-
-
 @dataclass(slots=True)
 class RunResult:
     scenario: Scenario

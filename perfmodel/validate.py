@@ -8,8 +8,7 @@ from pathlib import Path
 from perfmodel.calibration import apply_calibration_file
 from perfmodel.errors import InputError
 from perfmodel.spec.hardware import HardwareProfile
-from perfmodel.spec.loading import read_mapping
-from perfmodel.predict import NotPredicted, predict_metrics
+from perfmodel.predict import predict_metrics
 from perfmodel.spec.case import ValidationCase, case_paths, load_case
 from perfmodel.spec.scenario import build_scenario
 
@@ -30,7 +29,7 @@ def score_case(case: ValidationCase, path: str, hardware: HardwareProfile | None
         scenario = build_scenario(case, source=path, hardware=hardware)
         res.split_note = scenario.split_note
         predicted = predict_metrics(scenario)
-    except (InputError, NotPredicted) as err:
+    except InputError as err:
         res.failed_reason = str(err)
     except (ArithmeticError, ValueError, KeyError, IndexError, TypeError) as err:
         # A case the simulator cannot handle is a failed case with the reason shown, never a crash of the
@@ -76,10 +75,8 @@ def run_validation(paths: list[str], calibrations: list[str] | None = None) -> d
         seen[case.id] = p
     overlays: dict[str, HardwareProfile] = {}
     for cal in calibrations or []:
-        hw_id = read_mapping(cal).get("hardware")
-        if not isinstance(hw_id, str):
-            raise InputError(cal, "hardware", "a calibration overlay names its hardware id")
-        overlays[hw_id] = apply_calibration_file(cal, hw_id, cal)
+        hw = apply_calibration_file(cal)
+        overlays[hw.id] = hw
     results = [score_case(c, p, overlays.get(c.hardware)) for c, p in cases]
     rows = [r for res in results for r in res.rows]
     summary = _stats(rows)

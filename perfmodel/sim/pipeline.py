@@ -130,11 +130,7 @@ def run_pipeline(
             dur = t.b_s + (t.w_s if op.kind == "BW" else 0.0)
             comm = t.b_comm_s
             st.add("recompute", t.recompute_s)
-            compute = dur - t.recompute_s - sum(comm.values())
-            if op.kind == "BW":
-                st.add("backward", compute)
-            else:
-                st.add("backward", compute)
+            st.add("backward", dur - t.recompute_s - sum(comm.values()))
         for kind, c in comm.items():
             st.add(f"comm:{kind}", c)
         yield env.timeout(dur)

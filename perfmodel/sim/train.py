@@ -120,11 +120,11 @@ def simulate_train_step(
         return _op_times(c, schedule)
 
     p2p_cache: dict[int, float] = {}
+    largest_mb = mbs.index(max(mbs))  # sends are sized by the largest micro-batch
 
     def p2p(vs: int) -> float:
         if vs not in p2p_cache:
-            tokens, seq = max(mbs)
-            p2p_cache[vs] = p2p_time_s(scn, cost_of(vs, mbs.index((tokens, seq))).p2p_bytes)
+            p2p_cache[vs] = p2p_time_s(scn, cost_of(vs, largest_mb).p2p_bytes)
         return p2p_cache[vs]
 
     pipe: PipelineResult = run_pipeline(schedule, op_times, p2p, record_trace)

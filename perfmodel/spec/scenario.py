@@ -90,8 +90,6 @@ def build_scenario(
                             f"({rl.rollout_gpus}) must both equal gpus ({run.gpus})")
             if rl.async_:
                 raise _fail(source, "rl.async", "async needs placement: disaggregated (colocated GPUs time-share)")
-            if rl.weight_update.mode == "broadcast":
-                pass  # allowed: Miles can broadcast even when colocated
         else:
             if rl.actor_gpus + rl.rollout_gpus != run.gpus:
                 raise _fail(source, "rl.rollout_gpus", f"disaggregated: actor_gpus + rollout_gpus "
@@ -112,8 +110,8 @@ def build_scenario(
         if ro.ep > ro.engine_gpus or ro.engine_gpus % ro.ep:
             raise _fail(source, "rl.rollout.ep", f"ep ({ro.ep}) must divide engine_gpus ({ro.engine_gpus})")
         first = m.layers[0]
-        if first.ffn.kind == "moe" or any(layer.ffn.kind == "moe" for layer in m.layers):
-            n_exp = next(layer.ffn.num_experts for layer in m.layers if layer.ffn.kind == "moe")
+        n_exp = next((layer.ffn.num_experts for layer in m.layers if layer.ffn.kind == "moe"), 0)
+        if n_exp:
             if n_exp % ro.ep:
                 raise _fail(source, "rl.rollout.ep", f"{n_exp} experts are not divisible by rollout ep {ro.ep}")
         heads = first.attention.num_heads
@@ -158,8 +156,6 @@ def build_scenario(
     if t.seq_len % (2 * lay.cp if lay.cp > 1 else 1):
         raise _fail(source, "train.seq_len", f"seq_len {t.seq_len} must be divisible by 2 x cp = {2 * lay.cp} "
                     "(load-balanced context parallel)")
-    if t.sequence_parallel and lay.tp == 1:
-        pass  # harmless no-op in Megatron; keep it
 
     # Pipeline split: DualPipe(V) runs two model chunks per rank (a V: stages r and 2pp-1-r)
     schedule = t.resolved_schedule()
