@@ -251,8 +251,11 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False) -
     spans: list[Span] = []
     if record_trace:
         spans.extend(rollout.spans(offset_s=0.0))
-        t0 = 0.0 if rl.async_ else rollout.rollout_time_s + (offload / 2 if colocated else 0.0)
+        # colocated: the engines release memory and the trainer onloads (offload) before training starts
+        t0 = 0.0 if rl.async_ else rollout.rollout_time_s + offload
         spans.append(Span("rl step", "phases", "rollout", 0.0, rollout.rollout_time_s))
+        if offload:
+            spans.append(Span("rl step", "phases", "release_and_onload", rollout.rollout_time_s, offload))
         spans.append(Span("rl step", "phases", "log_probs", t0, side.log_probs_time_s))
         t1 = t0 + side.log_probs_time_s + side.ref_log_probs_time_s
         spans.append(Span("rl step", "phases", "actor_train", t1, side.train.step_time_s))

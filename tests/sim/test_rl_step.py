@@ -72,6 +72,11 @@ def test_colocated_uses_all_gpus_and_pays_offload():
     assert coloc.step_time_s == pytest.approx(p["rollout"] + coloc.offload_s + p["log_probs"] + p["train"]
                                               + p["weight_update"], rel=1e-9)
     assert "waiting_on_other_side" not in coloc.idle_gpu_s
+    traced = simulate_scenario(build_scenario(RunSpec.model_validate(data)), record_trace=True).rl
+    phase = {sp.name: sp for sp in traced.spans() if sp.group == "rl step"}
+    assert phase["log_probs"].start_s == pytest.approx(p["rollout"] + coloc.offload_s)
+    update = phase["update_weights"]
+    assert update.start_s + update.dur_s == pytest.approx(coloc.step_time_s)
 
 
 def test_reference_pass_and_ppo_critic_add_time(sync):
