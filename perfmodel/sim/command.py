@@ -72,16 +72,15 @@ def _overrides(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]
 
 
 def load_run_for_simulation(args: argparse.Namespace):  # noqa: ANN201
-    from perfmodel.spec.loading import parse, read_mapping
+    from perfmodel.spec.loading import parse
     from perfmodel.spec.run import RunSpec
+    from perfmodel.spec.run_file import load_run_file
 
     source = args.file or "<flags>"
     data: dict[str, Any] = {}
-    if args.file:
-        data = read_mapping(args.file)
-        for k in ("id", "source", "measured", "notes", "plan_version", "created_by", "predicted", "calibration",
-                  "executor"):
-            data.pop(k, None)
+    if args.file:  # a case or a plan, checked as what it is; only its run part is simulated
+        data = load_run_file(args.file).model_dump(mode="json", by_alias=True, exclude_none=True,
+                                                   include=set(RunSpec.model_fields))
     data = _overrides(args, data)
     if not args.file:
         for need in ("hardware", "model", "gpus"):
