@@ -110,3 +110,21 @@ def test_debug_after_the_subcommand(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "perfmodel.cli", "validate", str(tmp_path / "none.yaml"), "--debug"],
                           capture_output=True, text=True)
     assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_simulate_a_case_file_with_a_flag_override(capsys, tmp_path):
+    case = str(CASES_DIR / "mbridge-h100-sxm-llama3-70b-fp8.yaml")
+    assert main(["simulate", case, "--json"]) == 0
+    base = json.loads(capsys.readouterr().out)
+    assert base["layout"] == "TP4/PP8/VPP5/DP2" and base["metrics"]["step_time_s"] > 0
+    trace = tmp_path / "t.json"
+    assert main(["simulate", case, "--tp", "8", "--json", "--trace", str(trace)]) == 0
+    assert json.loads(capsys.readouterr().out)["layout"] == "TP8/PP8/VPP5/DP1"  # dp re-derived
+    assert json.loads(trace.read_text())["traceEvents"]
+
+
+def test_simulate_refuses_an_unknown_key_in_the_file(tmp_path, case_dict, capsys):
+    case_dict["train"]["layout"]["pq"] = 2
+    p = write_yaml(tmp_path / "c.yaml", case_dict)
+    rc, _, err = _run(["simulate", str(p)], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "train.layout.pq" in err
