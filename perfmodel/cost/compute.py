@@ -12,6 +12,7 @@ from perfmodel.spec.hardware import HardwareProfile
 
 BYTES_PER_ELEMENT: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
 LOW_PRECISION = ("fp8", "fp4")
+ACT_BYTES_BF16 = 2.0
 
 # Fixed cost of one launched kernel that is not a GEMM (norms, activations, permutes): the Primus projection's
 # kernel_launch_latency 2.8 us (hardware.md 2e, S4 collective_args.py); the GEMM curves carry their own.
@@ -46,20 +47,20 @@ def gemm_hbm_bytes(
 ) -> float:
     """HBM bytes of `batch` GEMMs: A (activations) and B (weights) read once, C written once.
 
-    FP8/FP4 GEMMs in training still keep activations in BF16: the A operand is read in BF16 by a quantize
-    kernel that writes the low-precision copy, which the GEMM reads again (TransformerEngine's cast-then-GEMM
-    path); the weights are quantized once per optimizer step and cached across micro-batches (TE's
-    `is_first_microbatch` weight caching), so they cost their low-precision size only; C comes out in BF16.
+    FP8/FP4 GEMMs read the low-precision copy of A (the quantize kernel that writes it is priced apart,
+    `quantize_hbm_bytes`); the weights are quantized once per optimizer step and cached across micro-batches
+    (TE's `is_first_microbatch` weight caching), so they cost their low-precision size only; C comes out in BF16.
     """
-    if dtype in LOW_PRECISION:
-        q = dtype_bytes(dtype)
-        a = m * k * (2.0 + q + q)  # read BF16, write quantized copy, GEMM reads it
-        b = k * n * q
-    else:
-        a = m * k * dtype_bytes(dtype)
-        b = k * n * dtype_bytes(dtype)
-    c = m * n * out_bytes_per_element
-    return (a + b + c) * batch
+    q = dtype_bytes(dtype)
+    return (m * k * q + k * n * q + m * n * out_bytes_per_element) * batch
+
+
+def quantize_hbm_bytes(m: float, k: float, dtype: str, batch: int = 1) -> float:
+    """HBM bytes of the kernel that casts a GEMM's BF16 A operand [m, k] to FP8/FP4 before the GEMM: read it in
+    BF16, write the low-precision copy (TransformerEngine's cast-then-GEMM path). 0 for BF16 GEMMs."""
+    if dtype not in LOW_PRECISION:
+        return 0.0
+    return m * k * (ACT_BYTES_BF16 + dtype_bytes(dtype)) * batch
 
 
 def memory_bound_time_s(hw: HardwareProfile, nbytes: float, kernels: int = 0) -> float:
@@ -99,7 +100,9 @@ def gemm_time_s(
     eff = hw.gemm_curve(dtype).efficiency(one) * PRODUCTION_SHAPE_FACTOR
     compute = one * batch / (hw.peak(dtype) * eff)
     nbytes = gemm_hbm_bytes(m, n, k, dtype, batch, out_bytes_per_element)
-    return max(compute, memory_bound_time_s(hw, nbytes))
+    # The cast of A to FP8 is its own kernel that runs before the GEMM (it cannot hide under it).
+    quantize = memory_bound_time_s(hw, quantize_hbm_bytes(m, k, dtype, batch), kernels=1) if dtype in LOW_PRECISION else 0.0
+    return max(compute, memory_bound_time_s(hw, nbytes)) + quantize
 
 
 def attention_time_s(

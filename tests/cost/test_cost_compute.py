@@ -12,6 +12,7 @@ from perfmodel.cost.compute import (
     gemm_hbm_bytes,
     gemm_time_s,
     memory_bound_time_s,
+    quantize_hbm_bytes,
 )
 from perfmodel.spec.hardware import load_hardware
 
@@ -44,12 +45,16 @@ def test_tiny_gemm_pays_the_fixed_cost(hw):
     assert 1e-6 < t < 10e-6
 
 
-def test_fp8_faster_for_large_gemm_but_moves_more_activation_bytes(hw):
+def test_fp8_faster_for_large_gemm_but_pays_a_serial_quantize_kernel(hw):
     assert gemm_time_s(hw, 8192, 8192, 8192, "fp8") < gemm_time_s(hw, 8192, 8192, 8192, "bf16")
-    # activations stay BF16 and are quantized first: the A operand costs more bytes in FP8 than in BF16
-    a_bf16 = gemm_hbm_bytes(8192, 1, 8192, "bf16") - gemm_hbm_bytes(8192, 1, 0, "bf16")
-    a_fp8 = gemm_hbm_bytes(8192, 1, 8192, "fp8") - gemm_hbm_bytes(8192, 1, 0, "fp8")
-    assert a_fp8 > a_bf16
+    # activations stay BF16 and are cast first, in a kernel of their own: read BF16, write FP8
+    assert quantize_hbm_bytes(8192, 4096, "bf16") == 0.0
+    assert quantize_hbm_bytes(8192, 4096, "fp8") == pytest.approx(8192 * 4096 * 3)
+    # the cast does not hide under a compute-bound GEMM: it adds its full memory time
+    m, n, k = 16384, 8192, 8192
+    flops_only = gemm_flops(m, n, k) / (hw.peak("fp8") * hw.gemm_curve("fp8").efficiency(gemm_flops(m, n, k)) * PRODUCTION_SHAPE_FACTOR)
+    cast = memory_bound_time_s(hw, quantize_hbm_bytes(m, k, "fp8"), kernels=1)
+    assert gemm_time_s(hw, m, n, k, "fp8") == pytest.approx(flops_only + cast, rel=1e-9)
 
 
 def test_grouped_gemm_runs_at_one_group_efficiency(hw):
