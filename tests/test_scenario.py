@@ -122,6 +122,12 @@ def test_seed_layout_split_matches_miles():
     split = balanced_split(61, 16)
     assert sum(split) == 61 and max(split) - min(split) <= 2
     assert max(c + (i == 0) + (i == 15) for i, c in enumerate(split)) == 4
+    # 126 layers over PP16 x VPP8 = 128 virtual stages (Megatron-Bridge GB200 405B): the embedding and the loss
+    # get a virtual stage each, with no decoder layer.
+    split = balanced_split(126, 128)
+    assert split[0] == 0 and split[-1] == 0 and set(split[1:-1]) == {1}
+    with pytest.raises(ValueError):
+        balanced_split(1, 4)  # a middle stage would be empty
 
 
 def test_balanced_split_is_balanced_property():

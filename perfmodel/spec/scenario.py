@@ -37,7 +37,9 @@ class Scenario:
 def balanced_split(num_layers: int, stages: int) -> tuple[int, ...]:
     """Most balanced split of decoder layers over virtual stages, counting the embedding (first stage) and the
     loss (last stage) as one layer each, as Megatron's account_for_{embedding,loss}_in_pipeline_split do.
-    Surplus capacity is taken from the last stages first (DSV4 43 layers / PP4 -> 11, 11, 11, 10)."""
+    Surplus capacity is taken from the last stages first (DSV4 43 layers / PP4 -> 11, 11, 11, 10). The first and
+    last stage may hold no decoder layer (only the embedding / the loss), as Megatron's pipeline layouts allow:
+    Llama 3.1 405B's 126 layers fill PP16 x VPP8 = 128 virtual stages (Megatron-Bridge GB200 recipes)."""
     extra = [0] * stages
     extra[0] += 1
     extra[-1] += 1
@@ -54,7 +56,7 @@ def balanced_split(num_layers: int, stages: int) -> tuple[int, ...]:
                 surplus -= 1
         if all(c <= 1 for c in counts):
             break
-    if surplus > 0 or min(counts) < 1:
+    if surplus > 0 or min(counts[1:-1], default=1) < 1:
         raise ValueError("cannot split")
     return tuple(counts)
 
@@ -172,8 +174,9 @@ def build_scenario(
             raise _fail(source, "train.pipeline_layers", "every (virtual) stage needs at least one layer")
         split, note = pl, "given by train.pipeline_layers"
     else:
-        if m.num_layers < stages:
-            raise _fail(source, f"{f}.pp", f"{m.num_layers} layers cannot be split over pp x vpp = {stages} stages")
+        if m.num_layers + 2 < stages:
+            raise _fail(source, f"{f}.pp", f"{m.num_layers} layers (+ embedding and loss) cannot be split over "
+                        f"pp x vpp = {stages} stages")
         try:
             split = balanced_split(m.num_layers, stages)
         except ValueError:
