@@ -1,0 +1,41 @@
+"""The Megatron-Bridge development set (studies/validation/mbridge-archive, 174 published runs, NeMo 25.09-26.08):
+every run is predicted, and the errors stay inside the bands measured when the set was added. A guard against a
+cost-model change that helps the 11 shared cases and hurts the many runs behind them; nothing is fitted to it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfmodel.validate import run_validation
+
+DEVSET = Path(__file__).resolve().parents[1] / "studies" / "validation" / "mbridge-archive" / "cases"
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    return run_validation([str(DEVSET)])
+
+
+def _tokens_errors(report: dict, select) -> list[float]:
+    return [abs(c["rel_error"]) for c in report["cases"]
+            if c["metric"] == "tokens_per_s_per_gpu" and c["rel_error"] is not None and select(c["id"])]
+
+
+def test_every_published_run_is_predicted(report):
+    assert report["summary"]["cases"] >= 170
+    assert report["failed"] == []
+
+
+def test_dense_runs_stay_within_band(report):
+    dense = _tokens_errors(report, lambda i: "-llama3" in i)
+    assert len(dense) >= 60
+    assert sum(dense) / len(dense) < 0.15  # 12.4% when the set was added
+    h100 = _tokens_errors(report, lambda i: "-h100-sxm-llama3" in i)
+    assert max(h100) < 0.10  # H100 dense: every run within 10% (max 5% when added)
+
+
+def test_all_runs_mean_error_stays_within_band(report):
+    everything = _tokens_errors(report, lambda i: True)
+    assert sum(everything) / len(everything) < 0.28  # 25.0% when the set was added
