@@ -106,36 +106,46 @@ def ffn_work(f: FFNSpec, s: Shard, imbalance: float = 1.0) -> Work:
 # mHC, norms, whole layers
 
 
+# The memory-bound work around a DSV4 layer's attention and FFN in training -- mHC pre/mix/post, RMSNorms, residual
+# and dtype casts -- as measured, not as an ideal fused kernel would do it. AMD's MI355X kernel traces of Primus
+# DeepSeek-V4-Flash layers (examples/deepseek-v4/projection/site/data/flash.json of AMD-AGI/Primus at fd1eeabbad,
+# generated 2026-06-30: 4096 tokens per micro-batch, EP8) time the "attn.misc" + "attn.norm" kernels (FP32 copies,
+# fills, unary and reduction functors) at 3.26 / 3.35 / 3.64 ms forward and 6.32 / 6.96 / 6.49 ms backward for
+# compress ratio 0 / 4 / 128 layers. At the trace GPU's 8 TB/s x 0.75 (hwprofiles/mi355x.yaml) the means are
+# 20.5 GB and 39.5 GB per layer: 76 and 147 passes per token over the FP32 stream state (hc_mult x hidden x 4 B).
+# Miles' TileKernels fuse part of this (mhc_pre) on NVIDIA; its AMD training path keeps "explicit PyTorch/HIP
+# post-mix" (dsv4-flash-and-miles.md, runtime path table): the measured passes stand for both until a fused trace
+# exists. The time on other GPUs follows their HBM bandwidth.
+HC_ELEMENTWISE_PASSES_FWD = 76.0
+HC_ELEMENTWISE_PASSES_BWD = 147.0
+
+
 def hc_work(model: ModelSpec, s: Shard) -> Work:
-    """mHC (hc_mult = n streams) around both sublayers of a layer, as Miles's fused TileKernels mhc_pre /
-    mhc_post (dsv4-flash-and-miles.md 1.5). Per sublayer, over rows x n x hidden:
-      pre  -- read the n streams once for the [n*h -> (2+n)n] coefficient projection and RMS (small GEMM, FP32
-              weights), Sinkhorn-normalise the n x n mixing matrix per token in registers
-              (hc_sinkhorn_iters iterations x ~4 n^2 FLOPs), write the coefficients;
-      mix  -- read the streams again, write the mixed sublayer input (hidden);
-      post -- read the sublayer output and the streams, write the n new streams.
-    Memory-bound; 3 kernels per sublayer."""
+    """DSV4 layers (hc_mult = n streams > 1): the memory-bound mHC mixing, norms, residuals and casts of one layer
+    as measured (HC_ELEMENTWISE_PASSES_*), plus the mixing FLOPs: per sublayer a [n*h -> (2+n)n] coefficient
+    projection, hc_sinkhorn_iters Sinkhorn iterations of ~4 n^2 FLOPs per token and the n-stream mix and post.
+    Memory-bound; counted over the sequence-parallel rows."""
     n = model.hc_mult
     if n <= 1:
         return Work()
     b = Builder()
     h, rows = model.hidden_size, s.t_sp
-    streams = rows * n * h * ACT_BYTES
-    for sub in ("attn", "ffn"):
-        coef = rows * ((2 + n) * n) * FP32_BYTES
-        flops = 2.0 * rows * n * h * (2 + n) * n + rows * model.hc_sinkhorn_iters * 4 * n * n
-        b.mem(f"hc_pre_{sub}", streams + coef, flops)
-        b.mem(f"hc_mix_{sub}", streams + coef + rows * h * ACT_BYTES, 2.0 * rows * n * h)
-        b.mem(f"hc_post_{sub}", rows * h * ACT_BYTES + 2 * streams + coef, 2.0 * rows * n * h * (n + 1))
+    state = rows * n * h * FP32_BYTES
+    flops = 2 * (2.0 * rows * n * h * (2 + n) * n + rows * model.hc_sinkhorn_iters * 4 * n * n
+                 + 2.0 * rows * n * h + 2.0 * rows * n * h * (n + 1))
+    b.mem("hc_norms_elementwise", HC_ELEMENTWISE_PASSES_FWD * state, flops, kernels=6,
+          bwd_bytes=HC_ELEMENTWISE_PASSES_BWD * state)
     return b.build()
 
 
 def _norms_residuals(model: ModelSpec, s: Shard) -> Work:
+    """Pre-attention and pre-FFN RMSNorm and the two residual adds; DSV4 layers count theirs in hc_work."""
+    if model.hc_mult > 1:
+        return Work()
     b = Builder()
     h, rows = model.hidden_size, s.t_sp
     b.mem("norms", 2 * rows * h * ACT_BYTES * 2, kernels=2)
-    if model.hc_mult <= 1:
-        b.mem("residual_adds", 2 * rows * h * ACT_BYTES * 3, kernels=2)
+    b.mem("residual_adds", 2 * rows * h * ACT_BYTES * 3, kernels=2)
     return b.build()
 
 
