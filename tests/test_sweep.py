@@ -123,6 +123,25 @@ def test_cli_writes_outputs_and_the_cache_makes_reruns_instant(tmp_path, capsys,
     assert summary2["top"][0]["label"] == summary["top"][0]["label"]
 
 
+def test_cache_key_follows_the_code_not_the_version(tmp_path, monkeypatch):
+    """An edited cost model must not read results of the old one (an editable install keeps its version)."""
+    from perfmodel.sweep import cache
+
+    args = ({"peak": 1.0}, "hw", "model", {"tp": 1})
+    before = cache.result_key(*args)
+    assert cache.result_key(*args) == before  # stable
+    fake_pkg = tmp_path / "perfmodel"
+    (fake_pkg / "cost").mkdir(parents=True)
+    (fake_pkg / "cost" / "compute.py").write_text("EFFICIENCY = 0.9\n")
+    monkeypatch.setattr(cache, "PACKAGE_DIR", fake_pkg)
+    cache.code_fingerprint.cache_clear()
+    first = cache.result_key(*args)
+    (fake_pkg / "cost" / "compute.py").write_text("EFFICIENCY = 0.8\n")
+    cache.code_fingerprint.cache_clear()
+    assert cache.result_key(*args) != first
+    cache.code_fingerprint.cache_clear()
+
+
 def test_out_folder_with_results_is_not_overwritten(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()

@@ -1,5 +1,7 @@
-"""Result cache: a SQLite table keyed by a hash of (hardware with calibration, model, run, code version), so a
-repeated sweep is instant. Safe with several processes (WAL, short transactions)."""
+"""Result cache: a SQLite table keyed by a hash of (hardware with calibration, model, run, code), so a repeated
+sweep is instant. "Code" is a fingerprint of the perfmodel sources and bundled data, not the package version: an
+edited cost model (an editable install, a patched checkout) never reads results of the old one. Safe with several
+processes (WAL, short transactions)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,23 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from functools import lru_cache
+
 from perfmodel import __version__
 
-CACHE_SCHEMA = 1
+CACHE_SCHEMA = 2
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """sha256 over the perfmodel package's Python sources and bundled data (catalogue, defaults), in path order."""
+    h = hashlib.sha256(__version__.encode())
+    for path in sorted(PACKAGE_DIR.rglob("*")):
+        if path.is_file() and path.suffix in (".py", ".json", ".yaml") and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(PACKAGE_DIR)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 def default_cache_path() -> Path:
@@ -21,7 +37,7 @@ def default_cache_path() -> Path:
 
 
 def result_key(hw_params: dict[str, float], hw_id: str, model_key: str, run: dict[str, Any]) -> str:
-    blob = json.dumps([CACHE_SCHEMA, __version__, hw_id, hw_params, model_key, run], sort_keys=True, default=str)
+    blob = json.dumps([CACHE_SCHEMA, code_fingerprint(), hw_id, hw_params, model_key, run], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
