@@ -1,4 +1,4 @@
-"""The Megatron-Bridge development set (studies/validation/mbridge-archive, 174 published runs, NeMo 25.09-26.08):
+"""The Megatron-Bridge development set and the AMD published runs (studies/validation/mbridge-archive, 174 published runs, NeMo 25.09-26.08):
 every run is predicted, and the errors stay inside the bands measured when the set was added. A guard against a
 cost-model change that helps the 11 shared cases and hurts the many runs behind them; nothing is fitted to it."""
 
@@ -10,7 +10,9 @@ import pytest
 
 from perfmodel.validate import run_validation
 
-DEVSET = Path(__file__).resolve().parents[1] / "studies" / "validation" / "mbridge-archive" / "cases"
+STUDIES = Path(__file__).resolve().parents[1] / "studies" / "validation"
+DEVSET = STUDIES / "mbridge-archive" / "cases"
+AMD = STUDIES / "amd-published" / "cases"
 
 
 @pytest.fixture(scope="module")
@@ -39,3 +41,10 @@ def test_dense_runs_stay_within_band(report):
 def test_all_runs_mean_error_stays_within_band(report):
     everything = _tokens_errors(report, lambda i: True)
     assert sum(everything) / len(everything) < 0.28  # 25.0% when the set was added
+
+
+def test_amd_published_runs_are_predicted_and_dense_within_10_percent():
+    amd = run_validation([str(AMD)])
+    assert amd["failed"] == [] and amd["summary"]["cases"] >= 8
+    dense = [abs(c["rel_error"]) for c in amd["cases"] if "llama" in c["id"]]
+    assert len(dense) >= 4 and max(dense) < 0.10  # MLPerf v5.1 MI355X/MI350X, Primus MI325X (max 8% when added)
