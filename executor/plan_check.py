@@ -103,6 +103,9 @@ def check_plan(path: str | Path, machine: Machine | None = None, need_software: 
                              f"and tp x dp ({dp * lay.tp})")
     if plan.train.schedule not in (None, "1f1b"):
         raise InputError(src, "train.schedule", "the local backend runs megatron's 1f1b schedule")
+    if plan.train.moe_dispatcher != "alltoall":
+        raise InputError(src, "train.moe_dispatcher", "the local backend runs megatron's alltoall dispatcher "
+                         "(DeepEP needs GPUs): set moe_dispatcher: alltoall")
 
     samples = rl.prompts_per_step * rl.samples_per_prompt
     if samples % plan.train.global_batch:

@@ -36,6 +36,17 @@ def small_spec(**space) -> SweepSpec:
     return SweepSpec.model_validate(base)
 
 
+def test_moe_dispatcher_is_tried_only_with_expert_parallelism():
+    one = list(enumerate_candidates(small_spec(ep=[1, 8]), 8, 256, 43))
+    both = list(enumerate_candidates(small_spec(ep=[1, 8], moe_dispatcher=["alltoall", "deepep"]), 8, 256, 43))
+    ep1 = [c for c in one if c.run["train"]["layout"]["ep"] == 1]
+    ep8 = [c for c in one if c.run["train"]["layout"]["ep"] == 8]
+    assert ep1 and ep8
+    assert len(both) == len(ep1) + 2 * len(ep8)
+    deep = [c for c in both if c.run["train"]["moe_dispatcher"] == "deepep"]
+    assert deep and all(c.run["train"]["layout"]["ep"] == 8 and "deepep" in c.label() for c in deep)
+
+
 def test_parse_nodes():
     assert parse_nodes("4-64") == (4, 8, 16, 32, 64)
     assert parse_nodes("4,8,16") == (4, 8, 16)

@@ -520,6 +520,8 @@ def _train_args(plan: Plan, sc: Scenario, opts: MilesOptions, recipe: R.ModelRec
           "--context-parallel-size", str(lay.cp),
           "--expert-model-parallel-size", str(lay.ep),
           "--expert-tensor-parallel-size", str(lay.etp)]
+    if t.moe_dispatcher == "deepep":  # megatron-core 0.16: the flex dispatcher with the DeepEP backend
+        a += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
     split_args, split_note = pipeline_split_args(sc.stage_layers, lay.pp, lay.vpp)
     a += split_args
     notes.append(f"pipeline: {split_note} ({sc.split_note})")

@@ -79,7 +79,16 @@ def ffn_work(f: FFNSpec, s: Shard, imbalance: float = 1.0) -> Work:
     b.mem("router_softmax_topk", t * f.num_experts * FP32_BYTES * 2)
     imb = imbalance if s.ep > 1 else 1.0
     disp = t * f.top_k * h  # elements in this GPU's send buffer (one copy per (token, expert) pair)
-    if s.ep > 1:
+    if s.ep > 1 and s.dedup_dispatch:
+        # DeepEP-style: the send buffer holds one copy per token; the fan-out to destination GPUs and nodes is
+        # priced by comm.dedup_all_to_all_s from (top_k, experts).
+        fan = (f.top_k, f.num_experts)
+        one = t * h * imb
+        b.comm("ep_a2a", "all_to_all", one * dtype_bytes(s.precision), "fwd", fanout=fan)  # dispatch
+        b.comm("ep_a2a", "all_to_all", one * ACT_BYTES, "fwd", fanout=fan)  # combine
+        b.comm("ep_a2a", "all_to_all", one * ACT_BYTES, "bwd", fanout=fan)
+        b.comm("ep_a2a", "all_to_all", one * ACT_BYTES, "bwd", fanout=fan)
+    elif s.ep > 1:
         b.comm("ep_a2a", "all_to_all", disp * dtype_bytes(s.precision) * imb, "fwd")  # dispatch
         b.comm("ep_a2a", "all_to_all", disp * ACT_BYTES * imb, "fwd")  # combine
         b.comm("ep_a2a", "all_to_all", disp * ACT_BYTES * imb, "bwd")

@@ -16,7 +16,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from perfmodel.cost.comm import GroupPlacement, collective_s, group_placement, placement_from_stride, send_recv_s
+from perfmodel.cost.comm import (
+    GroupPlacement,
+    collective_s,
+    dedup_all_to_all_s,
+    group_placement,
+    placement_from_stride,
+    send_recv_s,
+)
 from perfmodel.cost.compute import attention_time_s, gemm_time_s, memory_bound_time_s
 from perfmodel.cost.layers import (
     ACT_BYTES,
@@ -121,7 +128,10 @@ def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement]) -
             t.core_fwd += f
     overlapped = {"fwd": 0.0, "bwd": 0.0}
     for c in w.comms:
-        dt = collective_s(hw, c.op, c.nbytes, places[c.kind])
+        if c.fanout is not None:
+            dt = dedup_all_to_all_s(hw, c.nbytes, c.fanout[0], c.fanout[1], places[c.kind])
+        else:
+            dt = collective_s(hw, c.op, c.nbytes, places[c.kind])
         if c.overlaps_attention:
             overlapped[c.phase] += dt
         else:
@@ -145,7 +155,8 @@ def chunk_layers(scn: Scenario, virtual_stage: int) -> tuple[LayerSpec, ...]:
 
 def shard_of(scn: Scenario, tokens: float, seq_len: int) -> Shard:
     lay, t = scn.layout, scn.train
-    return Shard(tokens, seq_len, lay.tp, lay.cp, lay.ep, lay.etp, t.sequence_parallel and lay.tp > 1, t.precision)
+    return Shard(tokens, seq_len, lay.tp, lay.cp, lay.ep, lay.etp, t.sequence_parallel and lay.tp > 1, t.precision,
+                 t.moe_dispatcher == "deepep")
 
 
 def _places(scn: Scenario) -> dict[str, GroupPlacement]:
@@ -184,8 +195,8 @@ def _train_key(scn: Scenario) -> tuple:
     if hit is not None and hit[0] is t:
         return hit[1]
     lay = t.layout
-    key = (t.precision, t.recompute, t.sequence_parallel, lay.tp, lay.cp, lay.ep, lay.etp, lay.pp, lay.vpp, scn.dp,
-           scn.run.gpus, scn.run.train_gpus)
+    key = (t.precision, t.recompute, t.sequence_parallel, t.moe_dispatcher, lay.tp, lay.cp, lay.ep, lay.etp, lay.pp,
+           lay.vpp, scn.dp, scn.run.gpus, scn.run.train_gpus)
     if len(_TRAIN_KEYS) > 65536:
         _TRAIN_KEYS.clear()
     _TRAIN_KEYS[id(t)] = (t, key)

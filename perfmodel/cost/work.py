@@ -35,6 +35,7 @@ class Shard:
     etp: int = 1
     sequence_parallel: bool = False
     precision: str = "bf16"  # GEMM dtype of the transformer-layer linears
+    dedup_dispatch: bool = False  # DeepEP-style MoE dispatch: one copy per destination GPU / node
 
     @property
     def t_cp(self) -> float:
@@ -94,6 +95,7 @@ class CommOp:
     nbytes: float
     phase: Literal["fwd", "bwd"]
     overlaps_attention: bool = False  # CP ring exchange runs under the attention kernel (TE ring attention)
+    fanout: tuple[int, int] | None = None  # (top_k, experts): a deduplicating MoE dispatch of one copy per token
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,9 +135,10 @@ class Builder:
         self.kernels.append(Kernel(name, "attn", flops, nbytes, bwd_factor * flops, bwd_factor * nbytes, dtype, 1,
                                    core))
 
-    def comm(self, kind: CommKind, op: Op, nbytes: float, phase: Literal["fwd", "bwd"], overlap: bool = False) -> None:
+    def comm(self, kind: CommKind, op: Op, nbytes: float, phase: Literal["fwd", "bwd"], overlap: bool = False,
+             fanout: tuple[int, int] | None = None) -> None:
         if nbytes > 0:
-            self.comms.append(CommOp(kind, op, nbytes, phase, overlap))
+            self.comms.append(CommOp(kind, op, nbytes, phase, overlap, fanout))
 
     def build(self, model_flops_fwd: float = 0.0) -> Work:
         return Work(tuple(self.gemms), tuple(self.kernels), tuple(self.comms), model_flops_fwd)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Precision = Literal["bf16", "fp8"]
 Schedule = Literal["1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev"]
 Recompute = Literal["none", "selective", "full"]
+MoEDispatcher = Literal["alltoall", "deepep"]
 
 
 class _Strict(BaseModel):
@@ -62,6 +63,10 @@ class TrainSpec(_Strict):
     fsdp: bool = False
     optimizer_offload_fraction: float = Field(0.0, ge=0.0, le=1.0)
     max_tokens_per_gpu: int | None = Field(None, ge=1, description="dynamic micro-batching by token budget")
+    moe_dispatcher: MoEDispatcher = Field(
+        "alltoall", description="alltoall: Megatron's alltoall dispatcher, one copy per (token, expert); deepep: "
+        "DeepEP-style dispatch (Megatron flex, Primus Turbo DeepEP, MORI), one copy per destination GPU and, across "
+        "nodes, per destination node")
 
     def resolved_schedule(self) -> Schedule:
         if self.schedule is not None:

@@ -23,7 +23,7 @@ from perfmodel.sweep.spec import SweepSpec
 
 ROW_FIELDS = [
     "index", "nodes", "gpus", "label", "placement", "actor_gpus", "rollout_gpus", "async", "tp", "pp", "cp", "ep",
-    "etp", "vpp", "schedule", "recompute", "offload", "engine_gpus", "engine_tp", "engine_ep", "engine_dp",
+    "etp", "vpp", "schedule", "recompute", "offload", "moe_dispatcher", "engine_gpus", "engine_tp", "engine_ep", "engine_dp",
     "dp_attention", "status", "reason", "rank", "objective_value", "step_time_s", "rollout_time_s",
     "log_probs_time_s", "train_time_s", "weight_update_time_s", "offload_time_s", "bd_rollout_s", "bd_log_probs_s",
     "bd_train_compute_s", "bd_bubble_s", "bd_exposed_a2a_s", "bd_other_comm_s", "bd_weight_sync_s", "bd_offload_s",
@@ -44,7 +44,8 @@ def describe_candidate(c: Candidate) -> dict[str, Any]:
         "rollout_gpus": rl.get("rollout_gpus", 0), "async": int(bool(rl.get("async"))),
         **{k: lay.get(k, 1) for k in ("tp", "pp", "cp", "ep", "etp", "vpp")},
         "schedule": t.get("schedule", "1f1b"), "recompute": t.get("recompute", "none"),
-        "offload": t.get("optimizer_offload_fraction", 0.0), "engine_gpus": ro.get("engine_gpus", ""),
+        "offload": t.get("optimizer_offload_fraction", 0.0), "moe_dispatcher": t.get("moe_dispatcher", "alltoall"),
+        "engine_gpus": ro.get("engine_gpus", ""),
         "engine_tp": ro.get("tp", ""), "engine_ep": ro.get("ep", ""), "engine_dp": ro.get("dp", ""),
         "dp_attention": int(bool(ro.get("dp_attention"))),
     }

@@ -32,6 +32,8 @@ class Candidate:
                  f"rc-{t.get('recompute', 'none')}"]
         if t.get("optimizer_offload_fraction"):
             parts.append("offload")
+        if t.get("moe_dispatcher", "alltoall") != "alltoall":
+            parts.append(t["moe_dispatcher"])
         if t.get("schedule") and t["schedule"] not in ("1f1b", "interleaved"):
             parts.append(t["schedule"])
         if rl:
@@ -106,8 +108,10 @@ def enumerate_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, 
         for placement, actor, rollout, is_async in placements:
             layouts = list(_train_layouts(spec, actor, num_experts, num_layers))
             engines = list(_rollout_engines(spec, rollout)) if placement != "none" else [None]
-            for lay, recompute, offload in itertools.product(layouts, spec.space.recompute,
-                                                             spec.space.optimizer_offload_fraction):
+            for lay, recompute, offload, dispatcher in itertools.product(
+                    layouts, spec.space.recompute, spec.space.optimizer_offload_fraction, spec.space.moe_dispatcher):
+                if lay["ep"] == 1 and dispatcher != spec.space.moe_dispatcher[0]:
+                    continue  # no expert parallelism: the dispatcher changes nothing
                 for eng in engines:
                     run = {"kind": job.get("kind", "rl"), "hardware": spec.hardware,
                            "model": spec.model.model_dump(exclude_none=True), "gpus": gpus}
@@ -116,6 +120,7 @@ def enumerate_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, 
                     train["schedule"] = lay["schedule"]
                     train["recompute"] = recompute
                     train["optimizer_offload_fraction"] = offload
+                    train["moe_dispatcher"] = dispatcher
                     train["sequence_parallel"] = lay["tp"] > 1
                     run["train"] = train
                     if eng is not None:

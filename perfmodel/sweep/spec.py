@@ -26,6 +26,9 @@ class SweepSpace(BaseModel):
     etp: tuple[int, ...] = (1,)
     vpp: tuple[int, ...] = (1,)
     recompute: tuple[Literal["none", "selective", "full"], ...] = ("full", "selective")
+    # MoE token dispatch of the trainer (tried only where EP > 1): Miles' DSV4 recipes use Megatron's alltoall;
+    # add "deepep" to compare a DeepEP-style dispatcher (Primus Turbo DeepEP, MORI, Megatron flex)
+    moe_dispatcher: tuple[Literal["alltoall", "deepep"], ...] = ("alltoall",)
     schedule: tuple[Literal["1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev"], ...] = ("1f1b",)
     optimizer_offload_fraction: tuple[float, ...] = (0.0, 1.0)
     placement: tuple[Literal["colocated", "disaggregated"], ...] = ("colocated", "disaggregated")

@@ -10,6 +10,7 @@ from perfmodel.cost.comm import (
     all_reduce_s,
     all_to_all_s,
     bus_bandwidth_bytes_per_s,
+    dedup_all_to_all_s,
     group_placement,
     placement_from_stride,
     reduce_scatter_s,
@@ -91,6 +92,24 @@ def test_all_to_all_across_nodes_is_nic_bound():
     assert inter > 3 * intra
     nic = hw.nic_bytes_per_s * hw.all_to_all_efficiency_scale_out
     assert inter == pytest.approx(hw.all_to_all_latency_scale_out_s + 8 / 16 * b / nic)
+
+
+def test_deepep_dispatch_sends_a_token_once_per_destination():
+    hw = load_hardware("mi355x")
+    token_bytes = 64e6
+    for g in (GroupPlacement(8, 8), GroupPlacement(32, 8)):
+        # one expert per token: one copy either way, the alltoall cost exactly
+        assert dedup_all_to_all_s(hw, token_bytes, 1, 256, g) == pytest.approx(all_to_all_s(hw, token_bytes, g))
+        # top-8 of 256: tokens sharing a GPU (or, across nodes, a node) travel once
+        dedup = dedup_all_to_all_s(hw, token_bytes, 8, 256, g)
+        alltoall = all_to_all_s(hw, 8 * token_bytes, g)
+        assert dedup < alltoall
+    # across nodes the NIC carries one copy per destination node: at most (nodes - 1) copies per token
+    g = GroupPlacement(32, 8)
+    nic = hw.nic_bytes_per_s * hw.all_to_all_efficiency_scale_out
+    assert dedup_all_to_all_s(hw, token_bytes, 8, 256, g) <= hw.all_to_all_latency_scale_out_s + 3 * token_bytes / nic + 1e-12
+    # with every node hit, the NIC carries exactly (nodes - 1) copies (the scale-up forwarding may take longer)
+    assert dedup_all_to_all_s(hw, token_bytes, 64, 256, g) >= hw.all_to_all_latency_scale_out_s + 0.999 * 3 * token_bytes / nic
 
 
 def test_send_recv_link_choice():

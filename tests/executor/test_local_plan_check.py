@@ -71,6 +71,9 @@ def _mutations() -> list[tuple[str, Any, str]]:
     def bcast(d: dict[str, Any]) -> None:
         d["rl"]["weight_update"]["mode"] = "broadcast"
 
+    def deepep(d: dict[str, Any]) -> None:
+        d["train"]["moe_dispatcher"] = "deepep"
+
     return [
         ("executor.options.colour", opt, "unknown key"),
         ("gpus", procs, "4 trainer processes but this machine has 2 CPU cores"),
@@ -83,6 +86,7 @@ def _mutations() -> list[tuple[str, Any, str]]:
         ("model.hf_config.architectures", arch, "LlamaForCausalLM"),
         ("executor.options.task", task, "Input should be"),
         ("rl.weight_update.mode", bcast, "use ipc"),
+        ("train.moe_dispatcher", deepep, "alltoall dispatcher"),
     ]
 
 

@@ -168,6 +168,14 @@ def test_recompute_and_offload(seed):
         assert not la.has(f)
 
 
+def test_moe_dispatcher(seed):
+    assert not launch_of(seed).has("--moe-flex-dispatcher-backend")  # alltoall: the model script's own setting
+    seed["train"]["moe_dispatcher"] = "deepep"
+    la = launch_of(seed)
+    assert la.values("--moe-token-dispatcher-type") == ["flex"]
+    assert la.values("--moe-flex-dispatcher-backend") == ["deepep"]
+
+
 def test_dynamic_batch_size_rules(seed):
     # DSV4 trains with qkv bshd, where Miles forbids dynamic batch size
     seed["executor"]["options"]["dynamic_batch_size"] = True
