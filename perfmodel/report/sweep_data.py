@@ -23,7 +23,7 @@ from perfmodel.errors import InputError
 INT_COLUMNS = ("index", "nodes", "gpus", "actor_gpus", "rollout_gpus", "tp", "pp", "cp", "ep", "etp", "vpp",
                "engine_gpus", "engine_tp", "engine_ep", "engine_dp", "rank")
 BOOL_COLUMNS = ("async", "dp_attention")
-STR_COLUMNS = ("label", "placement", "schedule", "recompute", "status", "reason")
+STR_COLUMNS = ("label", "placement", "schedule", "recompute", "moe_dispatcher", "status", "reason")
 BREAKDOWN_COLUMNS = ("bd_rollout_s", "bd_log_probs_s", "bd_train_compute_s", "bd_bubble_s", "bd_exposed_a2a_s",
                      "bd_other_comm_s", "bd_weight_sync_s", "bd_offload_s", "bd_other_s")
 MEMORY_PART_COLUMNS = ("mem_train_weights_bytes", "mem_train_grads_bytes", "mem_train_optimizer_bytes",
@@ -33,6 +33,8 @@ FLOAT_COLUMNS = ("offload", "objective_value", "step_time_s", "rollout_time_s", 
                  "gpu_hours_per_step", "mem_train_bytes", "mem_train_capacity_bytes", "mem_rollout_bytes",
                  "mem_rollout_capacity_bytes", *MEMORY_PART_COLUMNS)
 COLUMNS = (*INT_COLUMNS, *BOOL_COLUMNS, *STR_COLUMNS, *FLOAT_COLUMNS)
+# Columns added after the first release: a CSV written before them still loads, with this value.
+OPTIONAL_COLUMNS = {"moe_dispatcher": "alltoall"}
 NOT_EMPTY = ("index", "nodes", "gpus", "label", "status")  # every row has these
 STATUSES = ("ok", "pruned", "failed")
 PLACEMENTS = ("colocated", "disaggregated", "")  # "" for a pretraining sweep (no RL)
@@ -138,7 +140,7 @@ def read_candidates(path: Path) -> list[dict[str, Any]]:
         if col not in COLUMNS:
             raise InputError(src, col, "unknown column; the report reads the columns of `perfmodel sweep` "
                              "(perfmodel/report/sweep_data.py COLUMNS); remove it or update the report")
-    missing = [c for c in COLUMNS if c not in seen]
+    missing = [c for c in COLUMNS if c not in seen and c not in OPTIONAL_COLUMNS]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise InputError(src, missing[0], f"required column is missing{more}; rerun `perfmodel sweep`")
@@ -153,7 +155,7 @@ def read_candidates(path: Path) -> list[dict[str, Any]]:
         row: dict[str, Any] = {}
         for col in COLUMNS:
             fld = f"line {line_no}: {col}"
-            v = raw[col]
+            v = raw.get(col, OPTIONAL_COLUMNS.get(col, ""))
             if col in NOT_EMPTY and v == "":
                 raise InputError(src, fld, "must not be empty")
             if col in INT_COLUMNS:

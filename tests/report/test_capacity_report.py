@@ -266,6 +266,17 @@ def test_bad_csv(sweep_dir: Path, tmp_path: Path, case: str, field: str, words: 
     assert words in e.message
 
 
+def test_csv_from_before_the_dispatcher_column_still_loads(sweep_dir: Path, tmp_path: Path) -> None:
+    d = _copy(sweep_dir, tmp_path)
+    p = d / "candidates.csv"
+    rows = list(csv.reader(p.read_text().splitlines()))
+    k = rows[0].index("moe_dispatcher")
+    with p.open("w", newline="") as fh:
+        csv.writer(fh).writerows([r[:k] + r[k + 1:] for r in rows])
+    data = load_sweep(d)
+    assert data.rows and all(r["moe_dispatcher"] == "alltoall" for r in data.rows)
+
+
 def test_column_contract_is_complete() -> None:
     assert len(COLUMNS) == len(set(COLUMNS))
     for c in ("bd_rollout_s", "bd_other_s", "mem_train_other_bytes", "rank", "objective_value"):
