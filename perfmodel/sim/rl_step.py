@@ -101,6 +101,12 @@ class RLStepResult:
         }
 
 
+def optimizer_steps_per_rollout(samples: int, global_batch: int) -> int:
+    """Optimizer steps that one RL step's samples make at global_batch sequences each (at least one; a remainder
+    is spread over the steps rather than refused)."""
+    return max(1, samples // global_batch)
+
+
 def pack_microbatches(lengths: list[int], dp: int, max_tokens: int | None,
                       samples_per_microbatch: int = 1) -> list[tuple[int, int]]:
     """Miles --balance-data then micro-batching: samples spread over DP ranks by tokens (longest first onto the
@@ -164,12 +170,19 @@ def simulate_train_side(scn: Scenario, lengths: list[int], record_trace: bool = 
         return _TRAIN_MEMO[key]
     budget = t.max_tokens_per_gpu * t.layout.cp if t.max_tokens_per_gpu else None
     mbs = pack_microbatches(lengths, scn.dp, budget, t.micro_batch)
+    # Log-probs (and the reference pass) run once over the whole rollout; training then takes
+    # samples / global_batch optimizer steps (Miles --num-steps-per-rollout, NeMo-RL train_global_batch_size),
+    # each on an interleaved share of the samples so the shares see the same length mix.
     log_probs = simulate_train_step(scn, mbs, forward_only=True)
     ref = simulate_train_step(scn, mbs, forward_only=True) if rl.log_probs.ref_model else None
-    train = simulate_train_step(scn, mbs, record_trace=record_trace)
+    steps = optimizer_steps_per_rollout(len(lengths), t.global_batch)
+    shares = [mbs] if steps == 1 else [
+        pack_microbatches(lengths[i::steps], scn.dp, budget, t.micro_batch) for i in range(steps)]
+    train = TrainStepResult.consecutive(
+        [simulate_train_step(scn, share, record_trace=record_trace) for share in shares])
     critic = None
     if rl.algorithm == "ppo":  # the critic (same shape as the actor in Miles' PPO) computes values and trains
-        critic = simulate_train_step(scn, mbs)
+        critic = TrainStepResult.consecutive([simulate_train_step(scn, share) for share in shares])
     side = TrainSide(log_probs, ref, train, critic, len(mbs), sum(lengths))
     return side if record_trace else _remember(_TRAIN_MEMO, key, side)
 

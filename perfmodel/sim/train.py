@@ -49,6 +49,42 @@ class TrainStepResult:
     def tokens_per_s_per_gpu(self) -> float:
         return self.tokens / self.step_time_s / self.gpus
 
+    @staticmethod
+    def consecutive(steps: list[TrainStepResult]) -> TrainStepResult:
+        """Several optimizer steps run back to back (an RL step whose samples exceed global_batch): times, tokens
+        and FLOPs add up; the trace shows the steps one after the other."""
+        if len(steps) == 1:
+            return steps[0]
+
+        def add(dicts: list[dict[str, float]]) -> dict[str, float]:
+            out: dict[str, float] = {}
+            for d in dicts:
+                for k, v in d.items():
+                    out[k] = out.get(k, 0.0) + v
+            return out
+
+        trace: list[TraceEvent] = []
+        offset = 0.0
+        for st in steps:
+            trace.extend(TraceEvent(e.rank, e.name, e.start_s + offset, e.dur_s, e.track, e.args) for e in st.trace)
+            offset += st.step_time_s
+        first = steps[0]
+        return TrainStepResult(
+            step_time_s=sum(st.step_time_s for st in steps),
+            pipeline_s=sum(st.pipeline_s for st in steps),
+            microbatches=sum(st.microbatches for st in steps),
+            tokens=sum(st.tokens for st in steps),
+            breakdown_s=add([st.breakdown_s for st in steps]),
+            bubble_s_per_stage=[sum(v) for v in zip(*(st.bubble_s_per_stage for st in steps))],
+            exposed_comm_s=add([st.exposed_comm_s for st in steps]),
+            model_flops=sum(st.model_flops for st in steps),
+            hardware_flops=sum(st.hardware_flops for st in steps),
+            gpus=first.gpus,
+            peak_flops_per_gpu=first.peak_flops_per_gpu,
+            events=sum(st.events for st in steps),
+            trace=trace,
+        )
+
 
 def _op_times(cost: ChunkCost, schedule: Schedule) -> OpTimes:
     f_comm = dict(cost.fwd_comm_s)

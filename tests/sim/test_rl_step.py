@@ -111,3 +111,20 @@ def test_packing_by_token_budget_and_by_micro_batch_size():
     # balance-data: two DP ranks get about half the tokens each; the busiest one is returned
     half = pack_microbatches(lengths, dp=2, max_tokens=None)
     assert sum(lengths) / 2 <= sum(t for t, _ in half) <= sum(lengths) / 2 + max(lengths)
+
+
+def test_samples_beyond_global_batch_take_several_optimizer_steps(sync):
+    """256 samples at global_batch 64: four optimizer steps (Miles --num-steps-per-rollout 4), log-probs once."""
+    data = copy.deepcopy(BASE)
+    data["rl"]["async"] = False
+    data["train"]["global_batch"] = 64
+    four = simulate_scenario(build_scenario(RunSpec.model_validate(data))).rl
+    one_opt = sync.train_side.train.breakdown_s["optimizer"]
+    assert four.train_side.train.breakdown_s["optimizer"] == pytest.approx(4 * one_opt, rel=1e-6)
+    assert four.train_side.log_probs_time_s == pytest.approx(sync.train_side.log_probs_time_s, rel=1e-6)
+    # every sample trained once (tokens count the busiest DP rank x dp, so within the balancing slack)
+    assert four.train_side.train.tokens == pytest.approx(sync.train_side.train.tokens, rel=0.01)
+    assert four.phases_s["train"] > sync.phases_s["train"]
+    # the steps follow each other in the trace
+    starts = sorted(e.start_s for e in four.train_side.train.trace) if four.train_side.train.trace else []
+    assert not starts or starts[-1] < four.train_side.train.step_time_s
