@@ -58,6 +58,14 @@ def balanced_split(num_layers: int, stages: int) -> tuple[int, ...]:
             break
     if surplus > 0 or min(counts[1:-1], default=1) < 1:
         raise ValueError("cannot split")
+    # Ties go to the even split: when the layers divide evenly and that is no worse once the embedding and loss
+    # are counted, Megatron's default (L / stages each) is what runs, and it keeps the most decoder layers on one
+    # stage lowest (80 layers on 40 stages: 2 each, not one stage of 3).
+    if num_layers % stages == 0:
+        even = num_layers // stages
+        even_cost = even + (2 if stages == 1 else 1)
+        if even_cost <= max(c + e for c, e in zip(counts, extra)):
+            return (even,) * stages
     return tuple(counts)
 
 
