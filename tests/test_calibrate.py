@@ -35,6 +35,17 @@ def test_fit_recovers_a_known_efficiency(case_dict):
     assert report["residual_rms_after"] < 0.01 < report["residual_rms_before"]
 
 
+def test_stack_overhead_fits_as_a_software_scale_not_a_hardware_efficiency(case_dict):
+    """A stack whose layers run 2.5x slower than their kernels: train_software_scale absorbs it (communication and
+    the optimizer untouched), the GEMM efficiencies stay as measured; the shipped profiles leave it at 1."""
+    hw = load_hardware("h100-sxm")
+    assert hw.train_software_scale == 1.0 and "train_software_scale" in hw.sources
+    d = _synthetic_case(case_dict, hw.with_params({"train_software_scale": 2.5}))
+    params, report = fit_calibration([ValidationCase.model_validate(d)], hw, ["train_software_scale"])
+    assert params["train_software_scale"] == pytest.approx(2.5, rel=0.03)
+    assert report["residual_rms_after"] < 0.01 < report["residual_rms_before"]
+
+
 def test_calibrate_command_and_validate_overlay(tmp_path, case_dict, capsys):
     hw = load_hardware("h100-sxm")
     d = _synthetic_case(case_dict, hw.with_params({"gemm_max_efficiency_fp8": 0.6}))

@@ -303,11 +303,12 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
     bwd_comm = {k: total.bwd_comm[k] + replay[k] for k in COMM_KINDS}
     keep = {k for k in COMM_KINDS if k != "etp" or s.etp > 1}
     p2p = 0.0 if last else s.t_sp * m.hidden_size * max(1, m.hc_mult) * ACT_BYTES
+    scale = hw.train_software_scale  # 1.0 unless a calibration of a particular stack says otherwise
     return ChunkCost(
-        fwd_compute_s=total.fwd,
-        bwd_input_s=total.bwd_in,
-        bwd_weight_s=total.bwd_w,
-        recompute_s=recompute_s,
+        fwd_compute_s=total.fwd * scale,
+        bwd_input_s=total.bwd_in * scale,
+        bwd_weight_s=total.bwd_w * scale,
+        recompute_s=recompute_s * scale,
         fwd_comm_s={k: v for k, v in total.fwd_comm.items() if k in keep},
         bwd_comm_s={k: v for k, v in bwd_comm.items() if k in keep},
         model_flops=3.0 * model_flops_fwd,
