@@ -152,12 +152,15 @@ def all_to_all_s(hw: HardwareProfile, nbytes: float, g: GroupPlacement) -> float
     if n <= 1 or nbytes <= 0:
         return 0.0
     k = g.gpus_per_node_in_group
-    intra = 0.0
-    if k > 1:
-        intra = (k - 1) / n * nbytes / (scale_up_raw_bytes_per_s(hw, k) * hw.all_to_all_efficiency_scale_up)
-    inter = 0.0
-    if n > k:
-        inter = (n - k) / n * nbytes / (hw.nic_bytes_per_s * hw.all_to_all_efficiency_scale_out)
+    return _a2a_s(hw, g, (k - 1) / n * nbytes, (n - k) / n * nbytes)
+
+
+def _a2a_s(hw: HardwareProfile, g: GroupPlacement, intra_bytes: float, inter_bytes: float) -> float:
+    """An all-to-all moving `intra_bytes` over scale-up and `inter_bytes` over the NIC from one GPU, both at once:
+    the per-call floor plus the slower part."""
+    k = g.gpus_per_node_in_group
+    intra = intra_bytes / (scale_up_raw_bytes_per_s(hw, k) * hw.all_to_all_efficiency_scale_up) if k > 1 else 0.0
+    inter = inter_bytes / (hw.nic_bytes_per_s * hw.all_to_all_efficiency_scale_out) if g.size > k else 0.0
     floor = hw.all_to_all_latency_scale_up_s if g.intra else hw.all_to_all_latency_scale_out_s
     return floor + max(intra, inter)
 
@@ -191,10 +194,7 @@ def dedup_all_to_all_s(hw: HardwareProfile, token_bytes: float, top_k: int, expe
     if nodes > 1 and k > 1 and p_node > 0:
         # tokens that arrived over the NIC go on to the node's other destination GPUs
         intra_bytes += inter_bytes * max(0.0, k * p_gpu / p_node - 1.0)
-    intra = intra_bytes / (scale_up_raw_bytes_per_s(hw, k) * hw.all_to_all_efficiency_scale_up) if k > 1 else 0.0
-    inter = inter_bytes / (hw.nic_bytes_per_s * hw.all_to_all_efficiency_scale_out) if nodes > 1 else 0.0
-    floor = hw.all_to_all_latency_scale_up_s if g.intra else hw.all_to_all_latency_scale_out_s
-    return floor + max(intra, inter)
+    return _a2a_s(hw, g, intra_bytes, inter_bytes)
 
 
 def send_recv_s(hw: HardwareProfile, nbytes: float, same_domain: bool) -> float:

@@ -12,7 +12,6 @@ from perfmodel.spec.hardware import HardwareProfile
 
 BYTES_PER_ELEMENT: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
 LOW_PRECISION = ("fp8", "fp4")
-ACT_BYTES_BF16 = 2.0
 
 # Fixed cost of one launched kernel that is not a GEMM (norms, activations, permutes): the Primus projection's
 # kernel_launch_latency 2.8 us (hardware.md 2e, S4 collective_args.py); the GEMM curves carry their own.
@@ -60,7 +59,7 @@ def quantize_hbm_bytes(m: float, k: float, dtype: str, batch: int = 1) -> float:
     BF16, write the low-precision copy (TransformerEngine's cast-then-GEMM path). 0 for BF16 GEMMs."""
     if dtype not in LOW_PRECISION:
         return 0.0
-    return m * k * (ACT_BYTES_BF16 + dtype_bytes(dtype)) * batch
+    return m * k * (dtype_bytes("bf16") + dtype_bytes(dtype)) * batch
 
 
 def memory_bound_time_s(hw: HardwareProfile, nbytes: float, kernels: int = 0) -> float:
@@ -100,9 +99,10 @@ def gemm_time_s(
     eff = hw.gemm_curve(dtype).efficiency(one) * PRODUCTION_SHAPE_FACTOR
     compute = one * batch / (hw.peak(dtype) * eff)
     nbytes = gemm_hbm_bytes(m, n, k, dtype, batch, out_bytes_per_element)
-    # The cast of A to FP8 is its own kernel that runs before the GEMM (it cannot hide under it).
-    quantize = memory_bound_time_s(hw, quantize_hbm_bytes(m, k, dtype, batch), kernels=1) if dtype in LOW_PRECISION else 0.0
-    return max(compute, memory_bound_time_s(hw, nbytes)) + quantize
+    t = max(compute, memory_bound_time_s(hw, nbytes))
+    if dtype in LOW_PRECISION:  # the cast of A is its own kernel before the GEMM: it cannot hide under it
+        t += memory_bound_time_s(hw, quantize_hbm_bytes(m, k, dtype, batch), kernels=1)
+    return t
 
 
 def attention_time_s(

@@ -9,10 +9,9 @@ import hashlib
 import json
 import os
 import sqlite3
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
-
-from functools import lru_cache
 
 from perfmodel import __version__
 
@@ -37,7 +36,8 @@ def default_cache_path() -> Path:
 
 
 def result_key(hw_params: dict[str, float], hw_id: str, model_key: str, run: dict[str, Any]) -> str:
-    blob = json.dumps([CACHE_SCHEMA, code_fingerprint(), hw_id, hw_params, model_key, run], sort_keys=True, default=str)
+    blob = json.dumps([CACHE_SCHEMA, code_fingerprint(), hw_id, hw_params, model_key, run], sort_keys=True,
+                      default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

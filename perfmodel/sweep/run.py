@@ -23,8 +23,8 @@ from perfmodel.sweep.spec import SweepSpec
 
 ROW_FIELDS = [
     "index", "nodes", "gpus", "label", "placement", "actor_gpus", "rollout_gpus", "async", "tp", "pp", "cp", "ep",
-    "etp", "vpp", "schedule", "recompute", "offload", "moe_dispatcher", "engine_gpus", "engine_tp", "engine_ep", "engine_dp",
-    "dp_attention", "status", "reason", "rank", "objective_value", "step_time_s", "rollout_time_s",
+    "etp", "vpp", "schedule", "recompute", "offload", "moe_dispatcher", "engine_gpus", "engine_tp", "engine_ep",
+    "engine_dp", "dp_attention", "status", "reason", "rank", "objective_value", "step_time_s", "rollout_time_s",
     "log_probs_time_s", "train_time_s", "weight_update_time_s", "offload_time_s", "bd_rollout_s", "bd_log_probs_s",
     "bd_train_compute_s", "bd_bubble_s", "bd_exposed_a2a_s", "bd_other_comm_s", "bd_weight_sync_s", "bd_offload_s",
     "bd_other_s", "tokens_per_s_per_gpu", "gpu_hours_per_step", "mem_train_bytes", "mem_train_capacity_bytes",
