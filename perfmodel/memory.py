@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from perfmodel.sim.invariants import check_parts_non_negative
 from perfmodel.spec.model import AttentionSpec, FFNSpec, LayerSpec, ModelSpec
 from perfmodel.spec.scenario import Scenario
 
@@ -103,6 +104,11 @@ class MemoryBreakdown:
     tokens_per_microbatch: float = 0.0  # per GPU, after CP
     microbatches_in_flight: float = 0.0  # stage-micro-batches whose activations the rank holds at peak
 
+    def __post_init__(self) -> None:
+        check_parts_non_negative("memory parts >= 0", f"training memory, pipeline rank {self.pipeline_rank}",
+                                 self.components() | {"optimizer_host": self.optimizer_host_bytes,
+                                                      "total": self.total_bytes})
+
     @property
     def headroom_bytes(self) -> float:
         return self.capacity_bytes - self.total_bytes
@@ -152,6 +158,11 @@ class RolloutMemory:
     total_bytes: float
     capacity_bytes: float
     fits: bool  # the weights leave a non-empty KV pool inside the static fraction
+
+    def __post_init__(self) -> None:
+        check_parts_non_negative("memory parts >= 0", "rollout engine memory",
+                                 {"weights": self.weights_bytes, "kv_pool": self.kv_pool_bytes,
+                                  "reserved": self.reserved_bytes, "total": self.total_bytes})
 
     @property
     def headroom_bytes(self) -> float:
@@ -400,14 +411,21 @@ def layer_activation_bytes(
     etp: int = 1,
     hc_mult: int = 1,
     expert_load_imbalance: float = 1.0,
+    attention_kernel: str = "flash",
+    seq_len: int = 0,
 ) -> float:
     """Bytes one layer keeps for the backward of one micro-batch of `tokens` tokens (per GPU, after CP).
-    `recompute`: none | selective (equal under flash attention) | full (layer input only)."""
+    `recompute`: none | selective (equal under flash attention) | full (layer input only). A materialized
+    attention without recompute also keeps its BF16 softmax output, heads/tp x seq_len per query token
+    (the 2as^2b of Korthikanti et al. 2022, eq. 1, without the dropout mask and output: no attention dropout);
+    selective recompute drops exactly that."""
     h = layer.attention.hidden_size
     rep = tp if sequence_parallel and tp > 1 else 1
     if recompute == "full":
         return tokens * BF16 * hc_mult * h / rep
     per_token = _attention_tokens_bytes(layer.attention, tp, rep)
+    if attention_kernel == "materialized" and recompute == "none":
+        per_token += BF16 * layer.attention.num_heads / tp * seq_len
     per_token += _ffn_tokens_bytes(layer.ffn, tp, rep, etp, expert_load_imbalance)
     per_token += 2 * BF16 * h / rep  # inputs of the two norms
     if hc_mult > 1:
@@ -435,10 +453,10 @@ def inflight_per_stage(scn: Scenario, rank: int) -> dict[int, float]:
     * 1F1B (PipeDream-Flush): rank r runs pp - r warm-up forwards, so it holds min(m, pp - r) micro-batches
       (Narayanan et al. 2021, arXiv 2104.04473 Sec. 2.2.1: "stashes <= p micro-batches"); ZB-H1 keeps the 1F1B
       peak (Qi et al. 2023, arXiv 2401.10241; hardware.md section 4: "activation x PP, same as 1F1B").
-    * Interleaved (v chunks): Megatron-core's schedule runs (pp - r - 1) x 2 + (v - 1) x pp warm-up forwards
-      (megatron/core/pipeline_parallel/schedules.py, microbatch group size pp), and one more forward precedes the
-      first backward, so rank r holds min(m v, 2(pp - r - 1) + (v - 1) pp + 1) chunk-micro-batches, forward k
-      on chunk (k // pp) % v. On rank 0 that is pp v + pp - 1 chunks of L/(pp v) layers, i.e. L layers x
+    * Interleaved (v chunks): Megatron-core's schedule runs (pp - r - 1) x 2 + (v - 1) x g warm-up forwards
+      (megatron/core/pipeline_parallel/schedules.py; g = microbatch_group_size_per_vp_stage, default pp), and one
+      more forward precedes the first backward, so rank r holds min(m v, 2(pp - r - 1) + (v - 1) g + 1)
+      chunk-micro-batches, forward k on chunk (k // g) % v. On rank 0 that is pp v + pp - 1 chunks of L/(pp v) layers, i.e. L layers x
       (1 + (pp - 1)/(pp v)): Megatron's `interleaved_schedule_memory_penalty` (theoretical_memory_usage.py),
       after Narayanan et al. 2021 Sec. 2.2.2.
     * DualPipe: pp + 1 micro-batches of a stage per device (deepseek-ai/DualPipe README table; DeepSeek-V3 report
@@ -450,10 +468,11 @@ def inflight_per_stage(scn: Scenario, rank: int) -> dict[int, float]:
     stages = stages_on_rank(scn, rank)
     if scn.schedule == "interleaved":
         v = len(stages)
-        n = min(m * v, 2 * (pp - rank - 1) + (v - 1) * pp + 1)
+        group = scn.train.microbatch_group_size_per_vp_stage or pp
+        n = min(m * v, 2 * (pp - rank - 1) + (v - 1) * group + 1)
         counts = {s: 0.0 for s in stages}
         for k in range(n):
-            counts[stages[(k // pp) % v]] += 1
+            counts[stages[(k // group) % v]] += 1
         return counts
     if scn.schedule == "dualpipe":
         per = min(float(m), (pp + 1) / 2)
@@ -471,7 +490,8 @@ def activations_on_rank(scn: Scenario, rank: int, expert_load_imbalance: float =
     rep = lay.tp if sp else 1
 
     def layer_bytes(layer: LayerSpec, recompute: str) -> float:
-        return layer_activation_bytes(layer, tokens, lay.tp, sp, recompute, lay.etp, m.hc_mult, expert_load_imbalance)
+        return layer_activation_bytes(layer, tokens, lay.tp, sp, recompute, lay.etp, m.hc_mult, expert_load_imbalance,
+                                      t.attention_kernel, t.seq_len)
 
     inflight = inflight_per_stage(scn, rank)
     total = 0.0

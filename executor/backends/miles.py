@@ -524,6 +524,10 @@ def _train_args(plan: Plan, sc: Scenario, opts: MilesOptions, recipe: R.ModelRec
         a += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
     split_args, split_note = pipeline_split_args(sc.stage_layers, lay.pp, lay.vpp)
     a += split_args
+    if t.microbatch_group_size_per_vp_stage is not None:
+        a += ["--microbatch-group-size-per-virtual-pipeline-stage", str(t.microbatch_group_size_per_vp_stage)]
+    if t.attention_kernel == "materialized":  # TransformerEngine's unfused attention (scores through HBM)
+        a += ["--attention-backend", "unfused"]
     notes.append(f"pipeline: {split_note} ({sc.split_note})")
     a += ["--seq-length", str(ctx)]
     if t.recompute == "full":

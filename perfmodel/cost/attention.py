@@ -17,6 +17,7 @@ from perfmodel.cost.work import (
     FP32_BYTES,
     INDEXER_BWD_FACTOR,
     Builder,
+    Kernel,
     Shard,
     Work,
     cp_exchange,
@@ -49,6 +50,22 @@ def mean_keys_per_query(
 # Attention
 
 
+def materialized_core(b: Builder, s: Shard, heads_local: float, d: int, dv: int) -> None:
+    """Unfused core attention (Megatron's local DotProductAttention, Korthikanti et al. 2022 section 4.1): per
+    sequence and local head a batched QK^T GEMM writes the full s x s scores (masking happens after, so every
+    pair is computed), a fused scale-mask-softmax reads and writes them (BF16), and a batched GEMM multiplies
+    the probabilities by V. Backward: two gradients per GEMM and the softmax backward (reads its output and
+    the incoming gradient, writes the score gradient). Selective recompute replays all three. Queries of this
+    CP rank against the keys of the whole sequence."""
+    q = s.seq_len / s.cp
+    batch = max(1, round(s.sequences * heads_local))
+    scores = batch * q * s.seq_len
+    b.gemm("scores_qk", q, s.seq_len, d, batch=batch, core=True)
+    b.kernels.append(Kernel("scale_mask_softmax", "mem", 0.0, scores * 2 * ACT_BYTES, 0.0, scores * 3 * ACT_BYTES,
+                            core_attention=True))
+    b.gemm("probs_v", q, dv, s.seq_len, batch=batch, core=True)
+
+
 def _gqa(b: Builder, a: AttentionSpec, s: Shard) -> None:
     h, tp, prec = a.hidden_size, s.tp, s.precision
     hl = a.num_heads / tp
@@ -58,10 +75,13 @@ def _gqa(b: Builder, a: AttentionSpec, s: Shard) -> None:
     b.gemm("qkv", rows, hl * d + kvl * (d + dv), h, dtype=prec)
     rope = rows * (hl + kvl) * d * ACT_BYTES * 2
     b.mem("rope", rope * (2 if a.qk_norm else 1), kernels=2 if a.qk_norm else 1)
-    keys = mean_keys_per_query(s.seq_len, a.sliding_window)
-    flops = 2.0 * rows * keys * hl * (d + dv)
-    nbytes = (rows * hl * (d + dv) + s.tokens * kvl * (d + dv)) * ACT_BYTES
-    b.attn("core_attention", flops, nbytes)
+    if s.attention_kernel == "materialized":
+        materialized_core(b, s, hl, d, dv)
+    else:
+        keys = mean_keys_per_query(s.seq_len, a.sliding_window)
+        flops = 2.0 * rows * keys * hl * (d + dv)
+        nbytes = (rows * hl * (d + dv) + s.tokens * kvl * (d + dv)) * ACT_BYTES
+        b.attn("core_attention", flops, nbytes)
     b.gemm("o_proj", rows, h, hl * dv, dtype=prec)
     tp_block(b, s, h)
     kv_full = s.tokens * kvl * (d + dv) * ACT_BYTES

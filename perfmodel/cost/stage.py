@@ -109,10 +109,18 @@ def _kernel_time(hw: HardwareProfile, k: Kernel, backward: bool) -> float:
 
 def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement]) -> _Times:
     t = _Times()
+    dgrad_s = 0.0
     for g in w.gemms:
-        t.fwd += gemm_time_s(hw, g.m, g.n, g.k, g.dtype, g.batch)
-        t.bwd_in += gemm_time_s(hw, g.m, g.k, g.n, g.dtype, g.batch)  # dX = dY W^T
-        t.bwd_w += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch, out_bytes_per_element=WGRAD_OUT_BYTES)
+        f = gemm_time_s(hw, g.m, g.n, g.k, g.dtype, g.batch)
+        t.fwd += f
+        dx = gemm_time_s(hw, g.m, g.k, g.n, g.dtype, g.batch)  # dX = dY W^T
+        t.bwd_in += dx
+        if g.core_attention:  # activation x activation (scores, PV): the second gradient is an input gradient too
+            t.bwd_in += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch)
+            t.core_fwd += f
+        else:
+            dgrad_s += dx
+            t.bwd_w += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch, out_bytes_per_element=WGRAD_OUT_BYTES)
     attn_fwd = attn_bwd = 0.0
     for k in w.kernels:
         f, b = _kernel_time(hw, k, False), _kernel_time(hw, k, True)
@@ -127,6 +135,7 @@ def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement]) -
         if k.core_attention:
             t.core_fwd += f
     overlapped = {"fwd": 0.0, "bwd": 0.0}
+    under_dgrad: dict[str, float] = {}
     for c in w.comms:
         if c.fanout is not None:
             dt = dedup_all_to_all_s(hw, c.nbytes, c.fanout[0], c.fanout[1], places[c.kind])
@@ -134,8 +143,12 @@ def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement]) -
             dt = collective_s(hw, c.op, c.nbytes, places[c.kind])
         if c.overlaps_attention:
             overlapped[c.phase] += dt
+        elif c.overlaps_dgrad:
+            under_dgrad[c.kind] = under_dgrad.get(c.kind, 0.0) + dt
         else:
             (t.fwd_comm if c.phase == "fwd" else t.bwd_comm)[c.kind] += dt
+    for kind, dt in under_dgrad.items():  # only what outlasts the input-gradient GEMMs it runs under is exposed
+        t.bwd_comm[kind] += max(0.0, dt - dgrad_s)
     t.fwd_comm["cp"] += max(0.0, overlapped["fwd"] - attn_fwd)
     t.bwd_comm["cp"] += max(0.0, overlapped["bwd"] - attn_bwd)
     return t
@@ -156,7 +169,7 @@ def chunk_layers(scn: Scenario, virtual_stage: int) -> tuple[LayerSpec, ...]:
 def shard_of(scn: Scenario, tokens: float, seq_len: int) -> Shard:
     lay, t = scn.layout, scn.train
     return Shard(tokens, seq_len, lay.tp, lay.cp, lay.ep, lay.etp, t.sequence_parallel and lay.tp > 1, t.precision,
-                 t.moe_dispatcher == "deepep")
+                 t.moe_dispatcher == "deepep", t.attention_kernel)
 
 
 def _places(scn: Scenario) -> dict[str, GroupPlacement]:
@@ -195,8 +208,8 @@ def _train_key(scn: Scenario) -> tuple:
     if hit is not None and hit[0] is t:
         return hit[1]
     lay = t.layout
-    key = (t.precision, t.recompute, t.sequence_parallel, t.moe_dispatcher, lay.tp, lay.cp, lay.ep, lay.etp, lay.pp,
-           lay.vpp, scn.dp, scn.run.gpus, scn.run.train_gpus)
+    key = (t.precision, t.recompute, t.sequence_parallel, t.moe_dispatcher, t.attention_kernel, lay.tp, lay.cp,
+           lay.ep, lay.etp, lay.pp, lay.vpp, scn.dp, scn.run.gpus, scn.run.train_gpus)
     if len(_TRAIN_KEYS) > 65536:
         _TRAIN_KEYS.clear()
     _TRAIN_KEYS[id(t)] = (t, key)

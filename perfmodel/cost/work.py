@@ -36,6 +36,7 @@ class Shard:
     sequence_parallel: bool = False
     precision: str = "bf16"  # GEMM dtype of the transformer-layer linears
     dedup_dispatch: bool = False  # DeepEP-style MoE dispatch: one copy per destination GPU / node
+    attention_kernel: str = "flash"  # "flash" (fused) or "materialized" (scores and softmax through HBM)
 
     @property
     def t_cp(self) -> float:
@@ -65,6 +66,8 @@ class Gemm:
     k: float
     batch: int = 1
     dtype: str = "bf16"
+    core_attention: bool = False  # QK^T or PV of a materialized attention: both operands are activations (both
+    # gradients are input gradients, B), and selective recompute replays it
 
     @property
     def flops(self) -> float:
@@ -95,6 +98,7 @@ class CommOp:
     nbytes: float
     phase: Literal["fwd", "bwd"]
     overlaps_attention: bool = False  # CP ring exchange runs under the attention kernel (TE ring attention)
+    overlaps_dgrad: bool = False  # runs under the input-gradient GEMMs (Megatron's async SP all-gather)
     fanout: tuple[int, int] | None = None  # (top_k, experts): a deduplicating MoE dispatch of one copy per token
 
 
@@ -120,9 +124,10 @@ class Builder:
     kernels: list[Kernel] = field(default_factory=list)
     comms: list[CommOp] = field(default_factory=list)
 
-    def gemm(self, name: str, m: float, n: float, k: float, batch: int = 1, dtype: str = "bf16") -> None:
+    def gemm(self, name: str, m: float, n: float, k: float, batch: int = 1, dtype: str = "bf16",
+             core: bool = False) -> None:
         if m > 0 and n > 0 and k > 0 and batch > 0:
-            self.gemms.append(Gemm(name, m, n, k, batch, dtype))
+            self.gemms.append(Gemm(name, m, n, k, batch, dtype, core))
 
     def mem(self, name: str, nbytes: float, flops: float = 0.0, kernels: int = 1,
             bwd_factor: float = MEM_BWD_FACTOR, bwd_bytes: float | None = None, bwd_weight: bool = False) -> None:
@@ -136,9 +141,9 @@ class Builder:
                                    core))
 
     def comm(self, kind: CommKind, op: Op, nbytes: float, phase: Literal["fwd", "bwd"], overlap: bool = False,
-             fanout: tuple[int, int] | None = None) -> None:
+             fanout: tuple[int, int] | None = None, under_dgrad: bool = False) -> None:
         if nbytes > 0:
-            self.comms.append(CommOp(kind, op, nbytes, phase, overlap, fanout))
+            self.comms.append(CommOp(kind, op, nbytes, phase, overlap, under_dgrad, fanout))
 
     def build(self, model_flops_fwd: float = 0.0) -> Work:
         return Work(tuple(self.gemms), tuple(self.kernels), tuple(self.comms), model_flops_fwd)
@@ -150,7 +155,11 @@ class Builder:
 
 def tp_block(b: Builder, s: Shard, hidden: int, gather_bytes_per_token: float | None = None) -> None:
     """Megatron: with sequence parallel, all-gather the block input and reduce-scatter its output (backward:
-    the mirror pair); without it, all-reduce the output forward and the input gradient backward."""
+    the mirror pair, plus the all-gather of the block input again: the column-parallel linear keeps only its
+    sequence shard and re-gathers the input for its weight gradient, launched asynchronously under the
+    input-gradient GEMM; Korthikanti et al. 2022, arXiv 2205.05198, section 4.2.2; megatron-core
+    tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication.backward); without it,
+    all-reduce the output forward and the input gradient backward."""
     if s.tp <= 1:
         return
     out = s.t_cp * hidden * ACT_BYTES
@@ -160,6 +169,7 @@ def tp_block(b: Builder, s: Shard, hidden: int, gather_bytes_per_token: float | 
         b.comm("tp", "reduce_scatter", out, "fwd")
         b.comm("tp", "reduce_scatter", gin, "bwd")
         b.comm("tp", "all_gather", out, "bwd")
+        b.comm("tp", "all_gather", gin, "bwd", under_dgrad=True)
     else:
         b.comm("tp", "all_reduce", out, "fwd")
         b.comm("tp", "all_reduce", out, "bwd")

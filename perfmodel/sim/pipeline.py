@@ -16,6 +16,10 @@ import simpy
 from perfmodel.sim.schedules import Op, Schedule
 
 
+class PipelineStall(RuntimeError):
+    """The schedule's static order deadlocks: some rank waits on an op that waits on it."""
+
+
 @dataclass(frozen=True, slots=True)
 class OpTimes:
     """Durations of one micro-batch's ops on one virtual stage. Comm maps are the exposed (not overlapped) parts
@@ -228,9 +232,12 @@ def run_pipeline(
             yield from execute(rank, w_ready.popleft())
         stats[rank].end_s = env.now
 
-    for r in range(pp):
-        env.process(rank_proc(r))
+    procs = [env.process(rank_proc(r)) for r in range(pp)]
     env.run()
+    stuck = [r for r, p in enumerate(procs) if p.is_alive]
+    if stuck:  # every rank waits on another: the schedule's order cannot run (a bug to refuse, not a time)
+        raise PipelineStall(f"{schedule.name} with pp {pp}, vpp {schedule.vpp}, {m} micro-batches: ranks "
+                            f"{stuck[:8]}{'...' if len(stuck) > 8 else ''} wait forever on a dependency")
     makespan = max(s.end_s for s in stats)
     return PipelineResult(makespan, stats, trace, counter[0])
 

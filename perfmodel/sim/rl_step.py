@@ -15,7 +15,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfmodel.sim.invariants import check_rl_step
 from perfmodel.sim.rollout import RolloutResult, simulate_rollout
+from perfmodel.sim.schedules import runnable_microbatches
 from perfmodel.sim.train import TrainStepResult, simulate_train_step
 from perfmodel.sim.trace import Span, pipeline_spans
 from perfmodel.sim.weight_sync import WeightUpdateResult, weight_update_time
@@ -63,6 +65,11 @@ class RLStepResult:
     breakdown_s: dict[str, float]  # critical-path parts that sum to step_time_s (report stacked bars)
     idle_gpu_s: dict[str, float]  # GPU-seconds idle by cause
     trace_spans: list[Span] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        lay = self.scenario.layout.model_copy(update={"dp": self.scenario.dp}).short()
+        check_rl_step(f"RL {self.scenario.run.rl.placement}, actor {lay}", self.step_time_s, self.phases_s,
+                      self.breakdown_s, self.idle_gpu_s)
 
     def metrics(self) -> dict[str, float]:
         rl = self.scenario.run.rl
@@ -137,6 +144,26 @@ def pack_microbatches(lengths: list[int], dp: int, max_tokens: int | None,
     return [(sum(b), max(1, sum(b) // len(b))) for b in bins]
 
 
+def pad_microbatches(mbs: list[tuple[int, int]], count: int) -> list[tuple[int, int]]:
+    """Re-split one rank's micro-batches into `count` (a count its schedule runs, `runnable_microbatches`), as
+    Miles does: the samples balanced over the micro-batches by tokens, and when there are fewer samples than
+    micro-batches, dummy copies of the shortest one (radixark/miles `miles/backends/megatron_utils/data.py`,
+    _get_seqlen_partitions_with_dummy_padding). Samples are approximated by the micro-batches' mean lengths."""
+    if count == len(mbs):
+        return mbs
+    samples = sorted((seq for tokens, seq in mbs for _ in range(max(1, round(tokens / seq)))), reverse=True)
+    real = min(count, len(samples))
+    bins: list[list[int]] = [[] for _ in range(real)]
+    loads = [0] * real
+    for n in samples:  # longest first onto the lightest micro-batch
+        i = loads.index(min(loads))
+        bins[i].append(n)
+        loads[i] += n
+    out = [(sum(b), max(1, sum(b) // len(b))) for b in bins]
+    shortest = min(out)
+    return out + [shortest] * (count - real)
+
+
 def _key(*parts: Any) -> str:
     return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -169,7 +196,13 @@ def simulate_train_side(scn: Scenario, lengths: list[int], record_trace: bool = 
     if not record_trace and key in _TRAIN_MEMO:
         return _TRAIN_MEMO[key]
     budget = t.max_tokens_per_gpu * t.layout.cp if t.max_tokens_per_gpu else None
-    mbs = pack_microbatches(lengths, scn.dp, budget, t.micro_batch)
+    sched, group = scn.schedule, t.microbatch_group_size_per_vp_stage
+
+    def pack(share: list[int]) -> list[tuple[int, int]]:
+        packed = pack_microbatches(share, scn.dp, budget, t.micro_batch)
+        return pad_microbatches(packed, runnable_microbatches(sched, t.layout.pp, len(packed), group))
+
+    mbs = pack(lengths)
     # Log-probs (and the reference pass) run once over the whole rollout; training then takes
     # samples / global_batch optimizer steps (Miles --num-steps-per-rollout, NeMo-RL train_global_batch_size),
     # each on an interleaved share of the samples so the shares see the same length mix.
@@ -177,7 +210,7 @@ def simulate_train_side(scn: Scenario, lengths: list[int], record_trace: bool = 
     ref = simulate_train_step(scn, mbs, forward_only=True) if rl.log_probs.ref_model else None
     steps = optimizer_steps_per_rollout(len(lengths), t.global_batch)
     shares = [mbs] if steps == 1 else [
-        pack_microbatches(lengths[i::steps], scn.dp, budget, t.micro_batch) for i in range(steps)]
+        pack(lengths[i::steps]) for i in range(steps)]
     train = TrainStepResult.consecutive(
         [simulate_train_step(scn, share, record_trace=record_trace) for share in shares])
     critic = None

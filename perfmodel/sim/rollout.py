@@ -67,6 +67,7 @@ from perfmodel.cost.comm import all_reduce_s, all_to_all_s, placement_from_strid
 from perfmodel.cost.compute import ATTENTION_FWD_REL_EFFICIENCY, KERNEL_OVERHEAD_S
 from perfmodel.errors import InputError
 from perfmodel.memory import rollout_memory
+from perfmodel.sim.invariants import PhysicsError, check_parts_non_negative
 from perfmodel.spec.job import ResponseTokens
 from perfmodel.spec.scenario import Scenario
 
@@ -626,6 +627,19 @@ class RolloutResult:
     sim_events: int  # simpy events processed (the speed metric: grows with segments, not tokens)
     decode_segments: int
     notes: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        where = f"rollout on {self.rollout_gpus} GPUs, {self.num_engines} engines"
+        check_parts_non_negative("rollout times >= 0", where, {
+            "rollout_time_s": self.rollout_time_s, "prefill_time_s": self.prefill_time_s,
+            "decode_time_s": self.decode_time_s, "idle_tail_gpu_s": self.idle_tail_gpu_s}
+            | {f"engine_busy_s[{i}]": b for i, b in enumerate(self.engine_busy_s)})
+        if self.rollout_time_s <= 0:
+            raise PhysicsError("rollout > 0", where, f"rollout_time_s = {self.rollout_time_s}")
+        for i, (busy, last) in enumerate(zip(self.engine_busy_s, self.engine_last_finish_s)):
+            if busy > self.rollout_time_s * (1 + 1e-6) + 1e-9 or last > self.rollout_time_s * (1 + 1e-6) + 1e-9:
+                raise PhysicsError("an engine is busy within the rollout", where, f"engine {i} busy {busy:.6g} s, "
+                                   f"last finish {last:.6g} s, rollout {self.rollout_time_s:.6g} s")
 
     @property
     def prefill_fraction(self) -> float:

@@ -72,9 +72,18 @@ class OneFOneB(Schedule):
 
 class Interleaved(Schedule):
     """Megatron's interleaved 1F1B: v chunks per rank, chunk c on rank r is virtual stage c * pp + r.
-    Micro-batches go through the chunks in groups of pp (Narayanan et al. 2021, section 2.2.2)."""
+
+    Order and warm-up as megatron-core 0.16.1 runs them (`pipeline_parallel/schedules.py`:
+    `get_schedule_table`, `get_pp_rank_microbatches`): micro-batches go through the chunks in groups of
+    `group` = microbatch_group_size_per_vp_stage (default pp), the last group taking the remainder; rank r
+    warms up with (pp - r - 1) x 2 + (v - 1) x group forwards. Megatron refuses the group sizes and
+    micro-batch counts that would stall this order (`interleaved_rule`); so does `make_schedule`."""
 
     name = "interleaved"
+
+    def __init__(self, pp: int, microbatches: int, vpp: int = 1, group: int | None = None) -> None:
+        super().__init__(pp, microbatches, vpp)
+        self.group = group or pp
 
     @property
     def chunks(self) -> int:
@@ -85,17 +94,21 @@ class Interleaved(Schedule):
 
     def _order(self, backward: bool) -> list[tuple[int, int]]:
         seq: list[tuple[int, int]] = []
-        for start in range(0, self.m, self.pp):
-            group = range(start, min(start + self.pp, self.m))
+        n = self.group
+        for start in range(0, self.m, n):
+            last = start + n >= self.m  # the last group takes the remainder (get_schedule_table)
+            group = range(start, self.m if last else start + n)
             chunks = range(self.vpp - 1, -1, -1) if backward else range(self.vpp)
             for c in chunks:
                 seq.extend((mb, c) for mb in group)
+            if last:
+                break
         return seq
 
     def rank_ops(self, rank: int) -> list[Op]:
         fwd, bwd = self._order(False), self._order(True)
         total = len(fwd)
-        warmup = min(total, (self.pp - rank - 1) * 2 + (self.vpp - 1) * self.pp)
+        warmup = min(total, (self.pp - rank - 1) * 2 + (self.vpp - 1) * self.group)
         ops = [Op("F", mb, c) for mb, c in fwd[:warmup]]
         b = 0
         for mb, c in fwd[warmup:]:
@@ -159,11 +172,76 @@ SCHEDULES: dict[str, type[Schedule]] = {
 }
 
 
-def make_schedule(name: str, pp: int, microbatches: int, vpp: int = 1) -> Schedule:
-    try:
-        return SCHEDULES[name](pp, microbatches, vpp)
-    except KeyError:
-        raise ValueError(f"unknown schedule {name!r}; valid: {', '.join(SCHEDULES)}") from None
+def interleaved_rule(pp: int, microbatches: int, group: int | None = None) -> str | None:
+    """Why megatron-core 0.16.1 refuses an interleaved run (None when it runs it). Its checks in
+    `forward_backward_pipelining_with_interleaving`: pp <= microbatch_group_size_per_vp_stage <= micro-batches,
+    and the last group (micro-batches mod group) is empty or holds at least pp micro-batches; with the default
+    group (pp) that is: micro-batches a multiple of pp."""
+    n = group or pp
+    if not pp <= n <= microbatches:
+        if group is None:
+            return (f"interleaved needs at least pp = {pp} micro-batches per DP rank, got {microbatches} "
+                    "(megatron-core: microbatch_group_size_per_vp_stage must lie in [pp, micro-batches])")
+        return (f"microbatch_group_size_per_vp_stage {n} must lie in [pp, micro-batches] = [{pp}, {microbatches}] "
+                "(megatron-core interleaved schedule)")
+    last = microbatches % n
+    if 0 < last < pp:
+        if group is None:
+            return (f"interleaved needs micro-batches per DP rank ({microbatches}) to be a multiple of pp = {pp}: "
+                    f"megatron-core refuses a last group of {last} < pp micro-batches (the order would stall)")
+        return (f"interleaved with microbatch_group_size_per_vp_stage {n}: the last group holds {microbatches} mod "
+                f"{n} = {last} < pp = {pp} micro-batches; megatron-core refuses it (the order would stall)")
+    return None
+
+
+def dualpipe_rule(name: str, pp: int, microbatches: int) -> str | None:
+    """Why deepseek-ai/DualPipe refuses a run (None when it runs it): `DualPipe.step` asserts an even pp and an
+    even number of micro-batches >= 2 pp; `DualPipeV.step` asserts micro-batches >= 2 pp."""
+    if name == "dualpipe" and pp % 2:
+        return f"dualpipe needs an even pp, got {pp}; use dualpipev"
+    if microbatches < 2 * pp:
+        return f"{name} needs at least 2 x pp = {2 * pp} micro-batches per DP rank, got {microbatches} (DualPipe's step())"
+    if name == "dualpipe" and microbatches % 2:
+        return f"dualpipe needs an even number of micro-batches per DP rank, got {microbatches} (two half-batches)"
+    return None
+
+
+def schedule_rule(name: str, pp: int, microbatches: int, group: int | None = None) -> str | None:
+    """Why the framework that owns schedule `name` would refuse these micro-batches (None when it runs them)."""
+    if name == "interleaved":
+        return interleaved_rule(pp, microbatches, group)
+    if name in ("dualpipe", "dualpipev"):
+        return dualpipe_rule(name, pp, microbatches)
+    return None  # 1F1B and ZB-H1 run any count (fewer than pp micro-batches just leave ranks idle)
+
+
+def runnable_microbatches(name: str, pp: int, microbatches: int, group: int | None = None) -> int:
+    """The micro-batch count a framework pads a packed batch to so its schedule runs it: Miles rounds dynamic
+    micro-batches up to a multiple of microbatch_group_size_per_vp_stage and fills the gap with dummy
+    micro-batches (radixark/miles `miles/backends/megatron_utils/data.py`, get_data_iterator); for DualPipe(V)
+    the count is raised to its minimum (2 pp, even for DualPipe)."""
+    if name == "interleaved":
+        n = group or pp
+        return max(n, -(-microbatches // n) * n)
+    if name in ("dualpipe", "dualpipev"):
+        m = max(2 * pp, microbatches)
+        return m + (m % 2 if name == "dualpipe" else 0)
+    return microbatches
+
+
+class ScheduleError(ValueError):
+    """A schedule asked for a layout its framework refuses."""
+
+
+def make_schedule(name: str, pp: int, microbatches: int, vpp: int = 1, group: int | None = None) -> Schedule:
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown schedule {name!r}; valid: {', '.join(SCHEDULES)}")
+    why = schedule_rule(name, pp, microbatches, group)
+    if why:
+        raise ScheduleError(why)
+    if name == "interleaved":
+        return Interleaved(pp, microbatches, vpp, group)
+    return SCHEDULES[name](pp, microbatches, vpp)
 
 
 class ForwardOnly(Schedule):

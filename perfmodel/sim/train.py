@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfmodel.cost.stage import ChunkCost, chunk_cost, dp_grad_sync_s, optimizer_step_s, p2p_time_s
+from perfmodel.sim.invariants import check_train_step
 from perfmodel.sim.pipeline import OpTimes, PipelineResult, TraceEvent, run_pipeline
 from perfmodel.sim.schedules import ForwardOnly, Schedule, make_schedule
 from perfmodel.spec.scenario import Scenario
@@ -31,7 +32,13 @@ class TrainStepResult:
     gpus: int
     peak_flops_per_gpu: float
     events: int
+    where: str = ""  # the layout, for errors
     trace: list[TraceEvent] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_train_step(self.where, self.step_time_s, self.breakdown_s, self.bubble_s_per_stage,
+                         self.exposed_comm_s, self.model_flops, self.hardware_flops, self.gpus,
+                         self.peak_flops_per_gpu)
 
     @property
     def model_tflops_per_gpu(self) -> float:
@@ -82,6 +89,7 @@ class TrainStepResult:
             gpus=first.gpus,
             peak_flops_per_gpu=first.peak_flops_per_gpu,
             events=sum(st.events for st in steps),
+            where=first.where,
             trace=trace,
         )
 
@@ -132,7 +140,7 @@ def simulate_train_step(
     variable-length samples by max_tokens_per_gpu); default: the fixed micro-batches of the scenario."""
     mbs = microbatches or default_microbatches(scn)
     lay = scn.layout
-    schedule = make_schedule(scn.schedule, lay.pp, len(mbs), lay.vpp)
+    schedule = make_schedule(scn.schedule, lay.pp, len(mbs), lay.vpp, scn.train.microbatch_group_size_per_vp_stage)
     if forward_only:
         schedule = ForwardOnly(schedule)
     costs: dict[tuple[int, int, int], ChunkCost] = {}
@@ -217,5 +225,6 @@ def simulate_train_step(
         gpus=scn.run.train_gpus,
         peak_flops_per_gpu=scn.hardware.peak(scn.train.precision),
         events=pipe.events,
+        where=f"{lay.model_copy(update={'dp': scn.dp}).short()} {schedule.name}, {len(mbs)} micro-batches per DP rank",
         trace=pipe.trace,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfmodel.errors import InputError
+from perfmodel.sim.schedules import schedule_rule
 from perfmodel.spec.hardware import HardwareProfile, load_hardware
 from perfmodel.spec.model import ModelSpec, load_model, model_from_hf_config
 from perfmodel.spec.run import RunSpec
@@ -140,6 +141,9 @@ def build_scenario(
                     f"dp must be {dp} (or omit it)")
 
     attn = m.layers[0].attention
+    if t.attention_kernel == "materialized" and any(x.attention.kind != "gqa" for x in m.layers):
+        raise _fail(source, "train.attention_kernel", f"materialized attention is priced for MHA/GQA layers only; "
+                    f"{m.id or m.family} has {attn.kind} attention: use flash")
     if attn.num_heads % lay.tp:
         raise _fail(source, f"{f}.tp", f"{attn.num_heads} attention heads are not divisible by tp {lay.tp}")
     # A latent KV (MLA, DSV4's single KV head) is replicated across TP ranks: no divisibility rule.
@@ -198,6 +202,9 @@ def build_scenario(
         raise _fail(source, "train.schedule", f"{schedule} runs one chunk per rank; vpp must be 1 (or use interleaved)")
     if schedule in ("dualpipe",) and lay.pp % 2:
         raise _fail(source, "train.schedule", f"dualpipe needs an even pp, got {lay.pp}; use dualpipev")
+    if t.microbatch_group_size_per_vp_stage is not None and schedule != "interleaved":
+        raise _fail(source, "train.microbatch_group_size_per_vp_stage", "applies to the interleaved schedule only; "
+                    "remove it or set vpp > 1")
 
     # Micro-batches
     if t.max_tokens_per_gpu is None:
@@ -212,7 +219,15 @@ def build_scenario(
         if t.max_tokens_per_gpu * lay.cp < t.seq_len and run.kind == "pretrain":
             raise _fail(source, "train.max_tokens_per_gpu", f"{t.max_tokens_per_gpu} x cp is below seq_len {t.seq_len}")
         m_count = max(1, t.global_batch // dp)  # upper bound; the simulator packs by tokens
-    if schedule in ("dualpipe", "dualpipev") and m_count % 2:
-        raise _fail(source, "train.global_batch", f"{schedule} needs an even number of micro-batches, got {m_count}")
+    # Fixed micro-batching fixes the count per optimizer step: the schedule's framework must run it (packed
+    # micro-batches are padded to a runnable count by the simulator, as Miles does).
+    if t.max_tokens_per_gpu is None:
+        why = schedule_rule(schedule, lay.pp, m_count, t.microbatch_group_size_per_vp_stage)
+        if why:
+            fix = "change global_batch or micro_batch"
+            if schedule == "interleaved" and m_count >= lay.pp:
+                fix += f", or set train.microbatch_group_size_per_vp_stage: {m_count}"
+            raise _fail(source, "train.global_batch", f"{why} (global_batch {t.global_batch} / (micro_batch "
+                        f"{t.micro_batch} x dp {dp}) = {m_count}); {fix}")
 
     return Scenario(hw, m, run, dp, expert_dp, split, note, m_count, schedule)

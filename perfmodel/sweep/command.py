@@ -172,9 +172,11 @@ def run(args: argparse.Namespace) -> int:
                       f("mem_train_bytes", "{:.0f}") if not r.get("mem_train_bytes") else
                       f"{float(r['mem_train_bytes']) / 1e9:.0f}")
     console.print(table)
-    rate = (outcome.evaluated + outcome.pruned - outcome.cached) / max(outcome.elapsed_s, 1e-9)
-    console.print(f"{len(candidates):,} candidates: {outcome.evaluated:,} simulated, {outcome.pruned:,} pruned "
-                  f"({outcome.cached:,} from cache) in {outcome.elapsed_s:.1f} s ({rate:,.0f}/s)"
+    rate = (outcome.evaluated + outcome.pruned + outcome.invalid - outcome.cached) / max(outcome.elapsed_s, 1e-9)
+    invalid = (f", {outcome.invalid:,} refused as impossible results (a model bug: see status 'invalid' in the "
+               "CSV)" if outcome.invalid else "")
+    console.print(f"{len(candidates):,} candidates: {outcome.evaluated:,} simulated, {outcome.pruned:,} pruned"
+                  f"{invalid} ({outcome.cached:,} from cache) in {outcome.elapsed_s:.1f} s ({rate:,.0f}/s)"
                   + (" [interrupted: partial results kept]" if outcome.interrupted else ""), soft_wrap=True)
     console.print(f"wrote {out / 'candidates.csv'}, {out / 'summary.json'}, {len(top_rows)} plans in {plans_dir}",
                   soft_wrap=True)

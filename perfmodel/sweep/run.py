@@ -15,6 +15,9 @@ from typing import Any
 
 from perfmodel import __version__
 from perfmodel.errors import InputError
+from perfmodel.sim.invariants import PhysicsError
+from perfmodel.sim.pipeline import PipelineStall
+from perfmodel.sim.schedules import ScheduleError
 from perfmodel.spec.hardware import HardwareProfile
 from perfmodel.spec.model import ModelSpec
 from perfmodel.sweep.cache import ResultCache, result_key
@@ -98,6 +101,10 @@ def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec
         res = simulate_scenario(scn, memory=mem)
     except InputError as err:
         return row | {"status": "pruned", "reason": f"{err.field}: {err.message}"}
+    except ScheduleError as err:
+        return row | {"status": "pruned", "reason": f"schedule: {err}"}
+    except (PhysicsError, PipelineStall) as err:  # a bug, never a plan: counted and explained, not ranked
+        return row | {"status": "invalid", "reason": f"{type(err).__name__}: {err}"}
     m = res.metrics()
     gpus = scn.run.gpus
     row |= {"status": "ok", "reason": "", "step_time_s": res.step_time_s,
@@ -127,6 +134,7 @@ class SweepOutcome:
     rows: list[dict[str, Any]]
     evaluated: int
     pruned: int
+    invalid: int  # simulated to an impossible result (a bug): refused, never ranked
     cached: int
     elapsed_s: float
     interrupted: bool
@@ -232,7 +240,8 @@ def evaluate_candidates(
         r["rank"] = rank
     evaluated = sum(1 for r in rows if r["status"] == "ok")
     pruned = sum(1 for r in rows if r["status"] == "pruned")
-    return SweepOutcome(rows, evaluated, pruned, cached, time.perf_counter() - t0, interrupted, ranked)
+    invalid = sum(1 for r in rows if r["status"] == "invalid")
+    return SweepOutcome(rows, evaluated, pruned, invalid, cached, time.perf_counter() - t0, interrupted, ranked)
 
 
 def _run_on_ray(address: str, todo: list[tuple[int, dict[str, Any]]], chunk: int, hw: HardwareProfile,
@@ -267,7 +276,8 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
 def write_summary(spec: SweepSpec, outcome: SweepOutcome, top: list[dict[str, Any]], path: Path,
                   extra: dict[str, Any]) -> None:
     data = {"spec": spec.model_dump(mode="json", by_alias=True), "objective": spec.objective,
-            "evaluated": outcome.evaluated, "pruned": outcome.pruned, "cached": outcome.cached,
+            "evaluated": outcome.evaluated, "pruned": outcome.pruned, "invalid": outcome.invalid,
+            "cached": outcome.cached,
             "candidates": len(outcome.rows), "elapsed_s": outcome.elapsed_s, "interrupted": outcome.interrupted,
             "version": __version__, "top": top} | extra
     path.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")

@@ -153,6 +153,17 @@ def test_vpp_plan(seed):
     (layout,) = la.values("--pipeline-model-parallel-layout")
     assert layout.count("|") == 3 and layout.count("t") == 43
     assert la.values("--pipeline-model-parallel-size") == ["2"]
+    assert not la.has("--microbatch-group-size-per-virtual-pipeline-stage")
+    seed["train"]["microbatch_group_size_per_vp_stage"] = 4
+    assert launch_of(seed).values("--microbatch-group-size-per-virtual-pipeline-stage") == ["4"]
+
+
+def test_materialized_attention_selects_unfused_backend(seed):
+    assert not launch_of(seed).has("--attention-backend")
+    seed["model"] = {"id": "llama3-8b"}
+    seed["train"].update(attention_kernel="materialized", layout={"tp": 1, "pp": 1, "ep": 1})
+    seed["train"].pop("pipeline_layers", None)
+    assert launch_of(seed).values("--attention-backend") == ["unfused"]
 
 
 def test_recompute_and_offload(seed):
