@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfmodel.spec.hardware import load_hardware  # noqa: E402
-from perfmodel.spec.model import load_model  # noqa: E402
+from perfmodel.inputs.hardware import load_hardware  # noqa: E402
+from perfmodel.inputs.model import load_model  # noqa: E402
 from perfmodel.sweep.cache import ResultCache  # noqa: E402
 from perfmodel.sweep.command import parse_nodes  # noqa: E402
 from perfmodel.sweep.run import evaluate_candidates  # noqa: E402

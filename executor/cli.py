@@ -82,7 +82,7 @@ def _launch_miles(args: argparse.Namespace, plan: Any) -> int:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from perfmodel.spec.plan import load_plan  # noqa: PLC0415
+    from perfmodel.inputs.plan import load_plan  # noqa: PLC0415
 
     plan = load_plan(args.plan)
     if plan.executor.backend == "miles":

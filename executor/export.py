@@ -12,9 +12,9 @@ import yaml
 
 from executor.records import PHASE_TO_PREDICTED, plan_hash
 from perfmodel.errors import InputError
-from perfmodel.spec.case import ValidationCase
-from perfmodel.spec.loading import parse
-from perfmodel.spec.plan import load_plan
+from perfmodel.inputs.case import ValidationCase
+from perfmodel.inputs.loading import parse
+from perfmodel.inputs.plan import load_plan
 
 
 def run_as_case(run: dict[str, Any], steps: list[dict[str, Any]], store_path: str, skip_steps: int = 1

@@ -1,6 +1,6 @@
 """Everything `executor launch` checks BEFORE starting anything: each problem is one `InputError` (exit 2).
 
-- the plan file itself (perfmodel.spec.plan.load_plan: unknown keys, types);
+- the plan file itself (perfmodel.inputs.plan.load_plan: unknown keys, types);
 - the backend's options (LocalOptions, extra="forbid");
 - the model (an inline hf_config of an architecture the local backend runs);
 - the layout against this machine: processes <= CPU cores (no GPU) or GPUs, tp == 1 / cp == 1 on a CPU,
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfmodel.errors import InputError
-from perfmodel.spec.loading import parse
-from perfmodel.spec.plan import Plan, load_plan
+from perfmodel.inputs.loading import parse
+from perfmodel.inputs.plan import Plan, load_plan
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from perfmodel.calibration import fit_calibration, write_calibration
-    from perfmodel.spec.case import case_paths, load_case
-    from perfmodel.spec.hardware import load_hardware
+    from perfmodel.inputs.case import case_paths, load_case
+    from perfmodel.inputs.hardware import load_hardware
 
     hw = load_hardware(args.hardware, field="--hardware")
     cases = [load_case(p) for p in case_paths(args.paths)]

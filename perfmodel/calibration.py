@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfmodel.errors import InputError
-from perfmodel.spec.hardware import HardwareProfile, load_hardware
-from perfmodel.spec.loading import read_mapping
+from perfmodel.inputs.hardware import HardwareProfile, load_hardware
+from perfmodel.inputs.loading import read_mapping
 
 
 def apply_calibration_file(path: str | Path, hardware_ref: str | None = None, source: str = "") -> HardwareProfile:
@@ -49,7 +49,7 @@ def fit_calibration(cases: list, hw: HardwareProfile, names: list[str], metrics:
     from scipy.optimize import least_squares
 
     from perfmodel.predict import simulate_scenario
-    from perfmodel.spec.scenario import build_scenario
+    from perfmodel.inputs.scenario import build_scenario
 
     start = hw.calibration_params()
     unknown = [n for n in names if n not in start]

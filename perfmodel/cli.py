@@ -62,7 +62,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from perfmodel.catalogue import catalogue_ids
-    from perfmodel.spec.model import load_model
+    from perfmodel.inputs.model import load_model
 
     ids = [args.id] if args.id else catalogue_ids()
     for model_id in ids:
@@ -74,7 +74,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_hardware(args: argparse.Namespace) -> int:
-    from perfmodel.spec.hardware import known_hardware_ids, load_hardware
+    from perfmodel.inputs.hardware import known_hardware_ids, load_hardware
 
     ids = [args.id] if args.id else known_hardware_ids()
     for hw_id in ids:
@@ -91,8 +91,8 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from perfmodel.spec.run_file import load_run_file
-    from perfmodel.spec.scenario import build_scenario
+    from perfmodel.inputs.run_file import load_run_file
+    from perfmodel.inputs.scenario import build_scenario
 
     run = load_run_file(args.path)
     s = build_scenario(run, source=args.path)

@@ -30,8 +30,8 @@ import math
 from dataclasses import dataclass
 
 from perfmodel.sim.invariants import check_parts_non_negative
-from perfmodel.spec.model import AttentionSpec, FFNSpec, LayerSpec, ModelSpec
-from perfmodel.spec.scenario import Scenario
+from perfmodel.inputs.model import AttentionSpec, FFNSpec, LayerSpec, ModelSpec
+from perfmodel.inputs.scenario import Scenario
 
 GiB = 1024**3
 GB = 1e9
@@ -198,7 +198,7 @@ class _Local:
 
 
 def _compressor_params(hidden: int, ratio: int, head_dim: int) -> int:
-    """DSV4 Compressor (ape, wkv, wgate, norm), as counted by perfmodel.spec.model (kept in step by
+    """DSV4 Compressor (ape, wkv, wgate, norm), as counted by perfmodel.inputs.model (kept in step by
     tests/test_memory.py::test_split_params_sum_to_the_model_at_tp1)."""
     width = (2 if ratio == 4 else 1) * head_dim
     return ratio * width + 2 * hidden * width + head_dim

@@ -10,9 +10,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from perfmodel.spec.hardware import HardwareProfile
-from perfmodel.spec.run import RunSpec
-from perfmodel.spec.scenario import Scenario, build_scenario
+from perfmodel.inputs.hardware import HardwareProfile
+from perfmodel.inputs.run import RunSpec
+from perfmodel.inputs.scenario import Scenario, build_scenario
 
 
 @dataclass(slots=True)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from perfmodel.calibration import apply_calibration_file
 from perfmodel.errors import InputError
-from perfmodel.spec.hardware import HardwareProfile
+from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.predict import predict_metrics
-from perfmodel.spec.case import ValidationCase, case_paths, load_case
-from perfmodel.spec.scenario import build_scenario
+from perfmodel.inputs.case import ValidationCase, case_paths, load_case
+from perfmodel.inputs.scenario import build_scenario
 
 
 @dataclass(slots=True)

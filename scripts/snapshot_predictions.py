@@ -38,8 +38,8 @@ def validation_predictions() -> dict[str, float | None]:
 
 
 def sweep_top() -> list[dict[str, Any]]:
-    from perfmodel.spec.hardware import load_hardware
-    from perfmodel.spec.model import load_model
+    from perfmodel.inputs.hardware import load_hardware
+    from perfmodel.inputs.model import load_model
     from perfmodel.sweep.run import evaluate_candidates
     from perfmodel.sweep.space import enumerate_candidates
     from perfmodel.sweep.spec import default_sweep_path, load_sweep_spec

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from perfmodel.errors import InputError
-from perfmodel.spec.case import load_case
+from perfmodel.inputs.case import load_case
 from tests.conftest import CASES_DIR, write_yaml
 
 

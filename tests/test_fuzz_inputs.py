@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perfmodel.errors import InputError
-from perfmodel.spec.case import load_case
-from perfmodel.spec.hardware import load_hardware_file
-from perfmodel.spec.scenario import build_scenario
+from perfmodel.inputs.case import load_case
+from perfmodel.inputs.hardware import load_hardware_file
+from perfmodel.inputs.scenario import build_scenario
 from tests.conftest import CASES_DIR, REPO
 
 BASE_CASES = [yaml.safe_load(p.read_text()) for p in sorted(CASES_DIR.glob("*.yaml"))]

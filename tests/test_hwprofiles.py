@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from perfmodel.errors import InputError
-from perfmodel.spec.hardware import known_hardware_ids, load_hardware
+from perfmodel.inputs.hardware import known_hardware_ids, load_hardware
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = REPO / "hwprofiles"

@@ -30,9 +30,9 @@ from perfmodel.memory import (
     tokens_per_microbatch,
     training_memory,
 )
-from perfmodel.spec.case import ValidationCase
-from perfmodel.spec.model import load_model
-from perfmodel.spec.scenario import build_scenario
+from perfmodel.inputs.case import ValidationCase
+from perfmodel.inputs.model import load_model
+from perfmodel.inputs.scenario import build_scenario
 
 CASES = Path(__file__).resolve().parent.parent / "studies" / "validation" / "cases"
 
@@ -415,7 +415,7 @@ def test_dualpipev_keeps_one_copy():
 def test_korthikanti_table2_rows_for_gpt():
     # GPT layer (MHA, GELU 4h): 34 sbh without TP; (10 + 24/t) sbh with TP; 34/t with SP; 2 sbh full recompute
     gpt = yaml.safe_load((CASES / "megatron2021-gpt-1.7b.yaml").read_text())["model"]["hf_config"]
-    from perfmodel.spec.model import model_from_hf_config
+    from perfmodel.inputs.model import model_from_hf_config
     layer = model_from_hf_config(gpt).layers[0]
     h, s, lse = 2304, 2048, 4 * 24 * 2048  # + flash-attention log-sum-exp, FP32 per head and token
     assert layer_activation_bytes(layer, s) == pytest.approx(34 * s * h + lse)

@@ -8,7 +8,7 @@ import pytest
 
 from perfmodel.catalogue import catalogue_ids, load_catalogue_config
 from perfmodel.errors import InputError
-from perfmodel.spec.model import SUPPORTED_FAMILIES, load_model, model_from_hf_config
+from perfmodel.inputs.model import SUPPORTED_FAMILIES, load_model, model_from_hf_config
 
 B = 1e9
 

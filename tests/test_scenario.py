@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from perfmodel.errors import InputError
-from perfmodel.spec.case import ValidationCase
-from perfmodel.spec.scenario import balanced_split, build_scenario
+from perfmodel.inputs.case import ValidationCase
+from perfmodel.inputs.scenario import balanced_split, build_scenario
 
 
 def _case(d: dict) -> ValidationCase:

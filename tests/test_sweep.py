@@ -14,10 +14,10 @@ from perfmodel.cli import main
 from perfmodel.errors import InputError
 from perfmodel.memory import rollout_memory, training_memory
 from perfmodel.predict import simulate_scenario
-from perfmodel.spec.hardware import load_hardware
-from perfmodel.spec.model import load_model
-from perfmodel.spec.plan import load_plan
-from perfmodel.spec.scenario import build_scenario
+from perfmodel.inputs.hardware import load_hardware
+from perfmodel.inputs.model import load_model
+from perfmodel.inputs.plan import load_plan
+from perfmodel.inputs.scenario import build_scenario
 from perfmodel.sweep.command import parse_nodes
 from perfmodel.sweep.run import evaluate_candidates
 from perfmodel.sweep.space import enumerate_candidates

@@ -37,10 +37,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from executor.backends import miles_recipes as R
 from executor.backends.miles_logs import MilesLogParser, parse_miles_log  # noqa: F401  (re-exported)
 from perfmodel.errors import InputError
-from perfmodel.spec.hardware import HardwareProfile
-from perfmodel.spec.loading import first_error
-from perfmodel.spec.plan import Plan
-from perfmodel.spec.scenario import Scenario, build_scenario
+from perfmodel.inputs.hardware import HardwareProfile
+from perfmodel.inputs.loading import first_error
+from perfmodel.inputs.plan import Plan
+from perfmodel.inputs.scenario import Scenario, build_scenario
 
 __all__ = [
     "MilesLaunch", "MilesLogParser", "MilesOptions", "MilesRunResult", "ModelArgsRef", "StepSink",

@@ -143,7 +143,7 @@ def parse_metric_line(line: str) -> MetricLine | None:
     return MetricLine(m["tag"], int(m["id"]), metrics)
 
 
-# Miles perf key -> measurement name (the names of perfmodel.spec.case.Measured where one exists).
+# Miles perf key -> measurement name (the names of perfmodel.inputs.case.Measured where one exists).
 _DIRECT = {
     "perf/rollout_time": "rollout_time_s",
     "perf/actor_train_time": "train_time_s",

@@ -23,7 +23,7 @@ from perfmodel.cost.work import (
     cp_exchange,
     tp_block,
 )
-from perfmodel.spec.model import AttentionSpec
+from perfmodel.inputs.model import AttentionSpec
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from perfmodel.spec.hardware import HardwareProfile
+from perfmodel.inputs.hardware import HardwareProfile
 
 if TYPE_CHECKING:
-    from perfmodel.spec.scenario import Scenario
+    from perfmodel.inputs.scenario import Scenario
 
 GroupKind = Literal["tp", "cp", "ep", "etp", "dp", "dp_cp", "expert_dp", "pp"]
 CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast"]

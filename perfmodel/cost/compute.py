@@ -8,7 +8,7 @@ so small GEMMs fall off the peak on their own.
 
 from __future__ import annotations
 
-from perfmodel.spec.hardware import HardwareProfile
+from perfmodel.inputs.hardware import HardwareProfile
 
 BYTES_PER_ELEMENT: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
 LOW_PRECISION = ("fp8", "fp4")

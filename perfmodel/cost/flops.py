@@ -22,7 +22,7 @@ Use `layers.forward_work` for hardware FLOPs (windows, causal pairs exactly, rec
 
 from __future__ import annotations
 
-from perfmodel.spec.model import AttentionSpec, FFNSpec, LayerSpec, ModelSpec
+from perfmodel.inputs.model import AttentionSpec, FFNSpec, LayerSpec, ModelSpec
 
 VOCAB_PAD = 128  # Megatron make_vocab_size_divisible_by default (x TP, ignored here: per-token convention)
 

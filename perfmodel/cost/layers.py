@@ -46,7 +46,7 @@ from perfmodel.cost.work import (
     Work,
     tp_block,
 )
-from perfmodel.spec.model import FFNSpec, LayerSpec, ModelSpec
+from perfmodel.inputs.model import FFNSpec, LayerSpec, ModelSpec
 
 __all__ = [
     "CommOp", "Gemm", "Kernel", "Shard", "Work", "attention_work", "embedding_work", "ffn_work", "forward_work",

@@ -23,7 +23,7 @@ from functools import lru_cache
 import numpy as np
 
 from perfmodel.cost.compute import dtype_bytes
-from perfmodel.spec.model import FFNSpec
+from perfmodel.inputs.model import FFNSpec
 
 DEFAULT_BALANCE_FACTOR = 1.0  # force-balanced benchmarks (hardware.md 3e, S17 page note)
 DEFAULT_ZIPF_S = 1.1  # Piantadosi 2014: word-frequency exponent ~1; 1.1 assumed for BPE tokens (see above)

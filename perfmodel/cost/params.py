@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from typing import TYPE_CHECKING
 
-from perfmodel.spec.model import AttentionSpec, LayerSpec
+from perfmodel.inputs.model import AttentionSpec, LayerSpec
 
 if TYPE_CHECKING:
-    from perfmodel.spec.scenario import Scenario
+    from perfmodel.inputs.scenario import Scenario
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,9 +37,9 @@ from perfmodel.cost.layers import (
 )
 from perfmodel.cost.moe import MoEAssumptions, layer_imbalance
 from perfmodel.cost.params import stage_params
-from perfmodel.spec.hardware import HardwareProfile
-from perfmodel.spec.model import LayerSpec, ModelSpec
-from perfmodel.spec.scenario import Scenario
+from perfmodel.inputs.hardware import HardwareProfile
+from perfmodel.inputs.model import LayerSpec, ModelSpec
+from perfmodel.inputs.scenario import Scenario
 
 COMM_KINDS = ("tp", "cp", "ep_a2a", "etp")
 GRAD_BYTES = 4.0  # FP32 gradient reduction: Megatron forces accumulate_allreduce_grads_in_fp32 for bf16

@@ -40,7 +40,7 @@ def _overrides(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]
         data["hardware"] = args.hardware
     if args.model:
         if args.model.endswith(".json"):
-            from perfmodel.spec.loading import read_mapping
+            from perfmodel.inputs.loading import read_mapping
 
             data["model"] = {"hf_config": read_mapping(args.model)}
         else:
@@ -72,9 +72,9 @@ def _overrides(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]
 
 
 def load_run_for_simulation(args: argparse.Namespace):  # noqa: ANN201
-    from perfmodel.spec.loading import parse
-    from perfmodel.spec.run import RunSpec
-    from perfmodel.spec.run_file import load_run_file
+    from perfmodel.inputs.loading import parse
+    from perfmodel.inputs.run import RunSpec
+    from perfmodel.inputs.run_file import load_run_file
 
     source = args.file or "<flags>"
     data: dict[str, Any] = {}

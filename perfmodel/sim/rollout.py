@@ -68,8 +68,8 @@ from perfmodel.cost.compute import ATTENTION_FWD_REL_EFFICIENCY, KERNEL_OVERHEAD
 from perfmodel.errors import InputError
 from perfmodel.memory import rollout_memory
 from perfmodel.sim.invariants import PhysicsError, check_parts_non_negative
-from perfmodel.spec.job import ResponseTokens
-from perfmodel.spec.scenario import Scenario
+from perfmodel.inputs.job import ResponseTokens
+from perfmodel.inputs.scenario import Scenario
 
 # ---------------------------------------------------------------------------------------------------------------
 # Named constants (each with its source). Calibratable ones are the defaults of `RolloutParams`.

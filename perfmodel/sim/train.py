@@ -13,7 +13,7 @@ from perfmodel.cost.stage import ChunkCost, chunk_cost, dp_grad_sync_s, optimize
 from perfmodel.sim.invariants import check_train_step
 from perfmodel.sim.pipeline import OpTimes, PipelineResult, TraceEvent, run_pipeline
 from perfmodel.sim.schedules import ForwardOnly, Schedule, make_schedule
-from perfmodel.spec.scenario import Scenario
+from perfmodel.inputs.scenario import Scenario
 
 EP_COMM = "ep_a2a"
 

@@ -58,9 +58,9 @@ from dataclasses import dataclass, field
 from perfmodel.cost.comm import GroupPlacement, all_gather_s, broadcast_s, group_placement
 from perfmodel.errors import InputError
 from perfmodel.memory import rollout_memory, training_memory
-from perfmodel.spec.hardware import HardwareProfile
-from perfmodel.spec.model import ModelSpec
-from perfmodel.spec.scenario import Scenario
+from perfmodel.inputs.hardware import HardwareProfile
+from perfmodel.inputs.model import ModelSpec
+from perfmodel.inputs.scenario import Scenario
 
 MIB = 2**20
 

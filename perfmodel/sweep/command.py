@@ -56,7 +56,7 @@ def parse_nodes(text: str) -> tuple[int, ...]:
 
 
 def _plan_for(row: dict[str, Any], run: dict[str, Any], hw_calibration: str, spec_label: str) -> Any:
-    from perfmodel.spec.plan import Plan
+    from perfmodel.inputs.plan import Plan
 
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", row["label"]).strip("-").lower()
     predicted = {k: row[k] for k in ("step_time_s", "rollout_time_s", "log_probs_time_s", "train_time_s",
@@ -79,10 +79,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from perfmodel.calibration import apply_calibration_file
-    from perfmodel.spec.hardware import load_hardware
-    from perfmodel.spec.plan import dump_plan
-    from perfmodel.spec.scenario import resolve_model
-    from perfmodel.spec.run import RunSpec
+    from perfmodel.inputs.hardware import load_hardware
+    from perfmodel.inputs.plan import dump_plan
+    from perfmodel.inputs.scenario import resolve_model
+    from perfmodel.inputs.run import RunSpec
     from perfmodel.sweep.cache import ResultCache, default_cache_path
     from perfmodel.sweep.run import evaluate_candidates, write_csv, write_summary
     from perfmodel.sweep.space import enumerate_candidates

@@ -18,8 +18,8 @@ from perfmodel.errors import InputError
 from perfmodel.sim.invariants import PhysicsError
 from perfmodel.sim.pipeline import PipelineStall
 from perfmodel.sim.schedules import ScheduleError
-from perfmodel.spec.hardware import HardwareProfile
-from perfmodel.spec.model import ModelSpec
+from perfmodel.inputs.hardware import HardwareProfile
+from perfmodel.inputs.model import ModelSpec
 from perfmodel.sweep.cache import ResultCache, result_key
 from perfmodel.sweep.space import Candidate
 from perfmodel.sweep.spec import SweepSpec
@@ -67,8 +67,8 @@ def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec
     """Prune or simulate one candidate; returns the result columns of its CSV row."""
     from perfmodel.memory import rollout_memory, training_memory
     from perfmodel.predict import simulate_scenario
-    from perfmodel.spec.run import RunSpec
-    from perfmodel.spec.scenario import build_scenario
+    from perfmodel.inputs.run import RunSpec
+    from perfmodel.inputs.scenario import build_scenario
 
     try:
         scn = build_scenario(RunSpec.model_validate(run_data), hardware=hw, model=model)

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from perfmodel.spec.loading import parse, read_mapping
-from perfmodel.spec.run import ModelRef
+from perfmodel.inputs.loading import parse, read_mapping
+from perfmodel.inputs.run import ModelRef
 
 Objective = Literal["step_time", "tokens_per_gpu", "cost"]
 

@@ -13,8 +13,8 @@ from perfmodel.cost.compute import gemm_time_s
 from perfmodel.cost.stage import time_work
 from perfmodel.cost.work import Builder
 from perfmodel.predict import simulate_run
-from perfmodel.spec.hardware import load_hardware
-from perfmodel.spec.run import RunSpec
+from perfmodel.inputs.hardware import load_hardware
+from perfmodel.inputs.run import RunSpec
 
 BASE = yaml.safe_load((Path(__file__).resolve().parents[1] / "data" / "gpt3-175b-a100-interleaved.yaml").read_text())
 
@@ -55,7 +55,7 @@ def test_materialized_attention_keeps_its_softmax_without_recompute() -> None:
 
 def test_sp_backward_all_gather_is_exposed_only_beyond_the_input_gradient_gemms() -> None:
     from perfmodel.cost.stage import _places  # the group placements of a scenario
-    from perfmodel.spec.scenario import build_scenario
+    from perfmodel.inputs.scenario import build_scenario
 
     d = copy.deepcopy(BASE)
     d["gpus"] = 64

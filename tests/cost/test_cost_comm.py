@@ -16,9 +16,9 @@ from perfmodel.cost.comm import (
     reduce_scatter_s,
     send_recv_s,
 )
-from perfmodel.spec.case import ValidationCase
-from perfmodel.spec.hardware import load_hardware
-from perfmodel.spec.scenario import build_scenario
+from perfmodel.inputs.case import ValidationCase
+from perfmodel.inputs.hardware import load_hardware
+from perfmodel.inputs.scenario import build_scenario
 
 GIB = 2**30
 

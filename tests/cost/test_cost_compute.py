@@ -14,7 +14,7 @@ from perfmodel.cost.compute import (
     memory_bound_time_s,
     quantize_hbm_bytes,
 )
-from perfmodel.spec.hardware import load_hardware
+from perfmodel.inputs.hardware import load_hardware
 
 
 @pytest.fixture(scope="module")

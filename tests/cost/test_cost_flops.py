@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from perfmodel.cost.flops import model_flops_per_token
-from perfmodel.spec.model import load_model
+from perfmodel.inputs.model import load_model
 
 # (model, seq_len, tokens/s/GPU, model TFLOP/s/GPU) from Megatron-Bridge performance-summary (S17)
 PUBLISHED = [

@@ -14,8 +14,8 @@ from perfmodel.cost.layers import (
     layer_work,
     mean_keys_per_query,
 )
-from perfmodel.spec.hardware import load_hardware
-from perfmodel.spec.model import load_model
+from perfmodel.inputs.hardware import load_hardware
+from perfmodel.inputs.model import load_model
 
 
 def _core(w) -> float:

@@ -13,7 +13,7 @@ from perfmodel.cost.moe import (
     hash_routing_imbalance,
     layer_imbalance,
 )
-from perfmodel.spec.model import load_model
+from perfmodel.inputs.model import load_model
 
 V, E, K = 129280, 256, 6  # DeepSeek-V4-Flash vocab, routed experts, top-k
 

@@ -9,7 +9,7 @@ from executor.cli import main
 from executor.measurement_sink import MeasurementSink
 from executor.records import RunRecord, environment, plan_hash
 from executor.store import Store
-from perfmodel.spec.case import load_case
+from perfmodel.inputs.case import load_case
 from perfmodel.validate import run_validation
 
 REPO = Path(__file__).resolve().parents[2]

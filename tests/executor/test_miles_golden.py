@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from executor.backends.miles import MODEL_ARGS_PLACEHOLDER, build_miles_launch, render_dry_run, run_miles
-from perfmodel.spec.plan import load_plan
+from perfmodel.inputs.plan import load_plan
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = REPO / "examples" / "seed-mi355x-dsv4.yaml"

@@ -21,8 +21,8 @@ from executor.backends.miles import (
     run_miles,
 )
 from perfmodel.errors import InputError
-from perfmodel.spec.loading import parse
-from perfmodel.spec.plan import Plan
+from perfmodel.inputs.loading import parse
+from perfmodel.inputs.plan import Plan
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = REPO / "examples" / "seed-mi355x-dsv4.yaml"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from perfmodel.spec.case import ValidationCase
-from perfmodel.spec.scenario import Scenario, build_scenario
+from perfmodel.inputs.case import ValidationCase
+from perfmodel.inputs.scenario import Scenario, build_scenario
 
 CASES = Path(__file__).resolve().parents[2] / "studies" / "validation" / "cases"
 GB300 = CASES / "miles-gb300-dsv4flash-bf16train.yaml"

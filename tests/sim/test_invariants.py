@@ -14,8 +14,8 @@ from perfmodel.memory import MemoryBreakdown
 from perfmodel.predict import simulate_run
 from perfmodel.sim.invariants import PhysicsError, check_rl_step
 from perfmodel.sim.train import TrainStepResult
-from perfmodel.spec.run import RunSpec
-from perfmodel.spec.scenario import build_scenario
+from perfmodel.inputs.run import RunSpec
+from perfmodel.inputs.scenario import build_scenario
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 REPRO = DATA / "gpt3-175b-a100-interleaved.yaml"

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from perfmodel.errors import InputError
 from perfmodel.predict import simulate_scenario
-from perfmodel.spec.run import RunSpec
-from perfmodel.spec.scenario import build_scenario
+from perfmodel.inputs.run import RunSpec
+from perfmodel.inputs.scenario import build_scenario
 from tests.conftest import REPO
 
 SCALE = float(os.environ.get("PERFMODEL_PROPERTY_EXAMPLES", "1"))

@@ -8,9 +8,9 @@ import copy
 import pytest
 
 from perfmodel.predict import simulate_scenario
-from perfmodel.spec.plan import load_plan
-from perfmodel.spec.run import RunSpec
-from perfmodel.spec.scenario import build_scenario
+from perfmodel.inputs.plan import load_plan
+from perfmodel.inputs.run import RunSpec
+from perfmodel.inputs.scenario import build_scenario
 from tests.conftest import REPO
 
 SEED = load_plan(REPO / "examples" / "seed-mi355x-dsv4.yaml")

@@ -19,8 +19,8 @@ from perfmodel.sim.rollout import (
     response_lengths,
     simulate_rollout,
 )
-from perfmodel.spec.case import load_case
-from perfmodel.spec.scenario import build_scenario
+from perfmodel.inputs.case import load_case
+from perfmodel.inputs.scenario import build_scenario
 
 from tests.sim.gb300_case import GB300
 from tests.sim.gb300_case import gb300_case as _base
@@ -162,7 +162,7 @@ def test_determinism_with_the_seed():
 
 
 def test_response_law_matches_mean_and_truncated_fraction():
-    from perfmodel.spec.job import ResponseTokens
+    from perfmodel.inputs.job import ResponseTokens
 
     rt = ResponseTokens(max=4096, mean=3020, truncated_fraction=0.55)
     law = response_law(rt)

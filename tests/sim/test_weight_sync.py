@@ -15,8 +15,8 @@ from perfmodel.sim.weight_sync import (
     bucket_fit,
     weight_update_time,
 )
-from perfmodel.spec.case import load_case
-from perfmodel.spec.scenario import build_scenario
+from perfmodel.inputs.case import load_case
+from perfmodel.inputs.scenario import build_scenario
 
 from tests.sim.gb300_case import GB300
 from tests.sim.gb300_case import gb300_case as _base

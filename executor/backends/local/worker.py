@@ -53,7 +53,7 @@ def run(job: dict[str, Any]) -> None:
     from executor.backends.local.tokenizer import PAD_ID  # noqa: PLC0415
     from executor.backends.local.trainer import MicroBatchTimes, Trainer, TrainBatch, pack_samples  # noqa: PLC0415
     from executor.records import MicroBatchTiming, StepRecord  # noqa: PLC0415
-    from perfmodel.spec.plan import load_plan  # noqa: PLC0415
+    from perfmodel.inputs.plan import load_plan  # noqa: PLC0415
 
     plan = load_plan(job["plan_path"])
     options = LocalOptions.model_validate(plan.executor.options)

@@ -7,8 +7,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from perfmodel.errors import InputError
-from perfmodel.spec.loading import parse, read_mapping
-from perfmodel.spec.run import RunSpec
+from perfmodel.inputs.loading import parse, read_mapping
+from perfmodel.inputs.run import RunSpec
 
 
 class Measured(BaseModel):

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from perfmodel.spec.job import RLSpec, TrainSpec
+from perfmodel.inputs.job import RLSpec, TrainSpec
 
 
 class ModelRef(BaseModel):

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from perfmodel.errors import InputError
 from perfmodel.sim.schedules import schedule_rule
-from perfmodel.spec.hardware import HardwareProfile, load_hardware
-from perfmodel.spec.model import ModelSpec, load_model, model_from_hf_config
-from perfmodel.spec.run import RunSpec
+from perfmodel.inputs.hardware import HardwareProfile, load_hardware
+from perfmodel.inputs.model import ModelSpec, load_model, model_from_hf_config
+from perfmodel.inputs.run import RunSpec
 
 
 @dataclass(frozen=True, slots=True)

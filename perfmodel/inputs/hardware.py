@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfmodel.errors import InputError
-from perfmodel.spec.loading import parse, read_mapping
+from perfmodel.inputs.loading import parse, read_mapping
 
 DTYPES = ("bf16", "fp8", "fp4")
 

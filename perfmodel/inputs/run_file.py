@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfmodel.spec.case import ValidationCase
-from perfmodel.spec.loading import parse, read_mapping
-from perfmodel.spec.plan import Plan
-from perfmodel.spec.run import RunSpec
+from perfmodel.inputs.case import ValidationCase
+from perfmodel.inputs.loading import parse, read_mapping
+from perfmodel.inputs.plan import Plan
+from perfmodel.inputs.run import RunSpec
 
 
 def load_run_file(path: str | Path) -> RunSpec:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from perfmodel.catalogue import catalogue_ids, load_catalogue_config
 from perfmodel.errors import InputError
-from perfmodel.spec.loading import read_mapping
+from perfmodel.inputs.loading import read_mapping
 
 AttentionKind = Literal["gqa", "mla", "dsv4"]
 FFNKind = Literal["dense", "moe"]

@@ -12,9 +12,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfmodel.spec.case import Measured
-from perfmodel.spec.loading import parse, read_mapping
-from perfmodel.spec.run import RunSpec
+from perfmodel.inputs.case import Measured
+from perfmodel.inputs.loading import parse, read_mapping
+from perfmodel.inputs.run import RunSpec
 
 PLAN_VERSION = 1
 
