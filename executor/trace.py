@@ -1,5 +1,5 @@
 """A Perfetto / Chrome trace of the real run, in the same format as perfmodel's simulated traces
-(`perfmodel.sim.trace`), so a measured and a simulated step open side by side in Perfetto.
+(`perfmodel.trace`), so a measured and a simulated step open side by side in Perfetto.
 
 One process per torchrun rank ("rank N"; the SGLang engine's work is drawn on rank 0's "rollout" lane), one thread
 per lane. The file is rewritten after every step, so a crashed run still leaves the trace up to its last full step.
@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from perfmodel.sim.trace import Span, chrome_trace
+from perfmodel.trace import Span, chrome_trace
 
 
 class TraceWriter:

@@ -47,7 +47,7 @@ class RunResult:
         return out
 
     def spans(self) -> list:
-        from perfmodel.sim.trace import pipeline_spans
+        from perfmodel.sim.pipeline import pipeline_spans
 
         if self.rl is not None:
             return self.rl.spans()

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     hw = apply_calibration_file(args.calibration, run_spec.hardware, source) if args.calibration else None
     result = simulate_run(run_spec, source=source, hardware=hw, record_trace=bool(args.trace))
     if args.trace:
-        from perfmodel.sim.trace import write_trace
+        from perfmodel.trace import write_trace
 
         write_trace(result.spans(), args.trace)
     if args.json:

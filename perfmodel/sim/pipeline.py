@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from perfmodel.sim.schedules import Op, Schedule
+from perfmodel.trace import Span
 
 
 class PipelineStall(RuntimeError):
@@ -264,3 +265,8 @@ def _forward_only_flow(schedule: Schedule, op_times: Callable[[int, int], OpTime
             arrive[mb] = free + hop
         st.end_s = free
     return PipelineResult(max(s.end_s for s in stats), stats, [], pp * m)
+
+
+def pipeline_spans(events: list[TraceEvent], prefix: str = "stage", offset_s: float = 0.0) -> list[Span]:
+    """Spans from the pipeline engine's TraceEvents."""
+    return [Span(f"{prefix} {e.rank}", e.track, e.name, e.start_s + offset_s, e.dur_s, dict(e.args)) for e in events]

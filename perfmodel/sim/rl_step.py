@@ -19,7 +19,8 @@ from perfmodel.sim.invariants import check_rl_step
 from perfmodel.sim.rollout import RolloutResult, simulate_rollout
 from perfmodel.sim.schedules import runnable_microbatches
 from perfmodel.sim.train import TrainStepResult, simulate_train_step
-from perfmodel.sim.trace import Span, pipeline_spans
+from perfmodel.sim.pipeline import pipeline_spans
+from perfmodel.trace import Span
 from perfmodel.sim.weight_sync import WeightUpdateResult, weight_update_time
 from perfmodel.inputs.scenario import Scenario
 

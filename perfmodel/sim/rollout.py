@@ -653,7 +653,7 @@ class RolloutResult:
         return self.idle_tail_gpu_s / total if total else 0.0
 
     def spans(self, offset_s: float = 0.0) -> list:
-        from perfmodel.sim.trace import Span
+        from perfmodel.trace import Span
 
         return [Span(f"engine {s.engine}", "compute", f"{s.kind} B={s.batch}", s.start_s + offset_s,
                      s.end_s - s.start_s, {"batch": s.batch}) for s in self.timeline]

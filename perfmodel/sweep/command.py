@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {}
     if top_rows:
         from perfmodel.predict import simulate_run
-        from perfmodel.sim.trace import write_trace
+        from perfmodel.trace import write_trace
 
         best_run = RunSpec.model_validate(by_index[top_rows[0]["index"]].run)
         write_trace(simulate_run(best_run, hardware=hw, record_trace=True).spans(), out / "best_trace.json")

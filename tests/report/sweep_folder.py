@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from perfmodel.report.sweep_data import COLUMNS
-from perfmodel.sim.trace import Span, chrome_trace
+from perfmodel.trace import Span, chrome_trace
 
 GPN = 8  # GPUs per node
 HBM = 80e9

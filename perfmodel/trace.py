@@ -1,7 +1,8 @@
 """Chrome / Perfetto trace JSON (the Trace Event Format) for simulated and measured steps.
 
 One process per track group (a pipeline stage, a rollout engine), one thread per kind (compute, comm), times
-in microseconds. The executor writes its real runs in the same format so both open side by side in Perfetto.
+in microseconds. The executor writes its real runs in the same format so both open side by side in Perfetto: this
+module is the neutral format both import (it depends on nothing of the simulator).
 """
 
 from __future__ import annotations
@@ -41,8 +42,3 @@ def chrome_trace(spans: Iterable[Span], offset_s: float = 0.0) -> dict:
 
 def write_trace(spans: Iterable[Span], path: str | Path) -> None:
     Path(path).write_text(json.dumps(chrome_trace(spans)), encoding="utf-8")
-
-
-def pipeline_spans(events, prefix: str = "stage", offset_s: float = 0.0) -> list[Span]:
-    """Spans from the pipeline engine's TraceEvents."""
-    return [Span(f"{prefix} {e.rank}", e.track, e.name, e.start_s + offset_s, e.dur_s, dict(e.args)) for e in events]
