@@ -29,7 +29,7 @@ def _train_run(model: str, hw: str, gpus: int, layout: dict, gb: int, seq: int, 
 
 def _cold() -> None:
     """Every measurement starts from empty memo tables: the time of a first simulation."""
-    from perfmodel.cost.stage import clear_caches
+    from perfmodel.cost.train.stage import clear_caches
     from perfmodel.sim.rl_step import clear_memos
 
     clear_caches()

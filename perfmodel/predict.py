@@ -79,7 +79,7 @@ class RunResult:
 
 
 def simulate_scenario(scn: Scenario, record_trace: bool = False, memory: Any = None) -> RunResult:
-    from perfmodel.memory import training_memory
+    from perfmodel.cost.memory.training import training_memory
 
     memory = memory if memory is not None else training_memory(scn)
     if scn.run.kind == "rl":

@@ -14,22 +14,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perfmodel.memory import (
+from perfmodel.cost.memory.rollout import (
+    kv_bytes_per_request_fixed,
+    kv_bytes_per_token,
+    rollout_memory,
+    rollout_weights_bytes,
+)
+from perfmodel.cost.memory.training import (
     GB,
     MemoryBreakdown,
     all_ranks,
-    attention_params_local,
-    ffn_params_local,
     inflight_per_stage,
-    kv_bytes_per_request_fixed,
-    kv_bytes_per_token,
     layer_activation_bytes,
-    params_on_rank,
-    rollout_memory,
-    rollout_weights_bytes,
     tokens_per_microbatch,
     training_memory,
 )
+from perfmodel.cost.params import attention_params_local, ffn_params_local, params_on_rank
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.model import load_model
 from perfmodel.inputs.scenario import build_scenario

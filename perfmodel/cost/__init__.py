@@ -11,7 +11,7 @@
 - stage:     the simulator's interface (ChunkCost, chunk_cost, p2p_time_s, dp_grad_sync_s, optimizer_step_s)
 """
 
-from perfmodel.cost.flops import model_flops_per_token
-from perfmodel.cost.stage import ChunkCost, chunk_cost, dp_grad_sync_s, optimizer_step_s, p2p_time_s
+from perfmodel.cost.train.flops import model_flops_per_token
+from perfmodel.cost.train.stage import ChunkCost, chunk_cost, dp_grad_sync_s, optimizer_step_s, p2p_time_s
 
 __all__ = ["ChunkCost", "chunk_cost", "dp_grad_sync_s", "model_flops_per_token", "optimizer_step_s", "p2p_time_s"]

@@ -152,10 +152,10 @@ def all_to_all_s(hw: HardwareProfile, nbytes: float, g: GroupPlacement) -> float
     if n <= 1 or nbytes <= 0:
         return 0.0
     k = g.gpus_per_node_in_group
-    return _a2a_s(hw, g, (k - 1) / n * nbytes, (n - k) / n * nbytes)
+    return a2a_split_s(hw, g, (k - 1) / n * nbytes, (n - k) / n * nbytes)
 
 
-def _a2a_s(hw: HardwareProfile, g: GroupPlacement, intra_bytes: float, inter_bytes: float) -> float:
+def a2a_split_s(hw: HardwareProfile, g: GroupPlacement, intra_bytes: float, inter_bytes: float) -> float:
     """An all-to-all moving `intra_bytes` over scale-up and `inter_bytes` over the NIC from one GPU, both at once:
     the per-call floor plus the slower part."""
     k = g.gpus_per_node_in_group
@@ -163,38 +163,6 @@ def _a2a_s(hw: HardwareProfile, g: GroupPlacement, intra_bytes: float, inter_byt
     inter = inter_bytes / (hw.nic_bytes_per_s * hw.all_to_all_efficiency_scale_out) if g.size > k else 0.0
     floor = hw.all_to_all_latency_scale_up_s if g.intra else hw.all_to_all_latency_scale_out_s
     return floor + max(intra, inter)
-
-
-def _hit_probability(experts: int, top_k: int, owned: float) -> float:
-    """Chance that a token's top_k distinct experts, drawn uniformly from `experts`, include at least one of the
-    `owned` experts (those of one GPU, or of one node)."""
-    miss = 1.0
-    for i in range(top_k):
-        if experts - i <= 0:
-            return 1.0
-        miss *= max(0.0, (experts - owned - i) / (experts - i))
-    return 1.0 - miss
-
-
-def dedup_all_to_all_s(hw: HardwareProfile, token_bytes: float, top_k: int, experts: int, g: GroupPlacement) -> float:
-    """A DeepEP-style MoE dispatch (or combine) of `token_bytes` (one copy of each of this GPU's tokens): a token
-    goes once to each GPU of the node that holds one of its experts and, across nodes, once to each destination
-    node over the NIC, where the receiving GPU forwards it on scale-up to the node's other destination GPUs
-    (DeepEP normal kernels; https://github.com/deepseek-ai/DeepEP). Experts are spread evenly and hit uniformly;
-    learned-routing skew is in `token_bytes` (the busiest rank's load)."""
-    n = g.size
-    if n <= 1 or token_bytes <= 0:
-        return 0.0
-    k = max(1, g.gpus_per_node_in_group)
-    nodes = max(1, n // k)
-    p_gpu = _hit_probability(experts, top_k, experts / n)
-    p_node = _hit_probability(experts, top_k, experts * k / n)
-    inter_bytes = token_bytes * (nodes - 1) * p_node
-    intra_bytes = token_bytes * (k - 1) * p_gpu
-    if nodes > 1 and k > 1 and p_node > 0:
-        # tokens that arrived over the NIC go on to the node's other destination GPUs
-        intra_bytes += inter_bytes * max(0.0, k * p_gpu / p_node - 1.0)
-    return _a2a_s(hw, g, intra_bytes, inter_bytes)
 
 
 def send_recv_s(hw: HardwareProfile, nbytes: float, same_domain: bool) -> float:

@@ -8,10 +8,9 @@ so small GEMMs fall off the peak on their own.
 
 from __future__ import annotations
 
+from perfmodel.cost.dtypes import LOW_PRECISION, dtype_bytes
 from perfmodel.inputs.hardware import HardwareProfile
 
-BYTES_PER_ELEMENT: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
-LOW_PRECISION = ("fp8", "fp4")
 
 # Fixed cost of one launched kernel that is not a GEMM (norms, activations, permutes): the Primus projection's
 # kernel_launch_latency 2.8 us (hardware.md 2e, S4 collective_args.py); the GEMM curves carry their own.
@@ -30,10 +29,6 @@ PRODUCTION_SHAPE_FACTOR = 0.91
 
 ATTENTION_FWD_REL_EFFICIENCY = 0.9
 ATTENTION_BWD_REL_EFFICIENCY = 0.7
-
-
-def dtype_bytes(dtype: str) -> float:
-    return BYTES_PER_ELEMENT[dtype]
 
 
 def gemm_flops(m: float, n: float, k: float, batch: int = 1) -> float:
@@ -69,12 +64,22 @@ def memory_bound_time_s(hw: HardwareProfile, nbytes: float, kernels: int = 0) ->
     return nbytes / (hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency) + kernels * KERNEL_OVERHEAD_S
 
 
+def gemm_rate(hw: HardwareProfile, dtype: str, one_gemm_flops: float | None = None,
+              shape_factor: bool = True) -> float:
+    """FLOP/s of a GEMM: peak(dtype) x the profile's curve at `one_gemm_flops` (its large-GEMM `max_efficiency`
+    when None) x PRODUCTION_SHAPE_FACTOR (`shape_factor`). The one GEMM rate training and serving both read."""
+    curve = hw.gemm_curve(dtype)
+    eff = curve.max_efficiency if one_gemm_flops is None else curve.efficiency(one_gemm_flops)
+    if shape_factor:
+        eff = eff * PRODUCTION_SHAPE_FACTOR
+    return hw.peak(dtype) * eff
+
+
 def compute_time_s(hw: HardwareProfile, flops: float, dtype: str, rel_efficiency: float = 1.0) -> float:
     """FLOPs at peak(dtype) x gemm_curve(dtype).efficiency(flops) x rel_efficiency; one kernel of `flops`."""
     if flops <= 0:
         return 0.0
-    eff = hw.gemm_curve(dtype).efficiency(flops) * rel_efficiency * PRODUCTION_SHAPE_FACTOR
-    return flops / (hw.peak(dtype) * eff)
+    return flops / (gemm_rate(hw, dtype, flops, shape_factor=False) * rel_efficiency * PRODUCTION_SHAPE_FACTOR)
 
 
 def gemm_time_s(
@@ -96,8 +101,7 @@ def gemm_time_s(
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     one = gemm_flops(m, n, k)
-    eff = hw.gemm_curve(dtype).efficiency(one) * PRODUCTION_SHAPE_FACTOR
-    compute = one * batch / (hw.peak(dtype) * eff)
+    compute = one * batch / gemm_rate(hw, dtype, one)
     nbytes = gemm_hbm_bytes(m, n, k, dtype, batch, out_bytes_per_element)
     t = max(compute, memory_bound_time_s(hw, nbytes))
     if dtype in LOW_PRECISION:  # the cast of A is its own kernel before the GEMM: it cannot hide under it

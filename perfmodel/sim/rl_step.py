@@ -21,7 +21,7 @@ from perfmodel.sim.schedules import runnable_microbatches
 from perfmodel.sim.train import TrainStepResult, simulate_train_step
 from perfmodel.sim.pipeline import pipeline_spans
 from perfmodel.trace import Span
-from perfmodel.sim.weight_sync import WeightUpdateResult, weight_update_time
+from perfmodel.cost.serve.weight_update import WeightUpdateResult, weight_update_time
 from perfmodel.inputs.scenario import Scenario
 
 BREAKDOWN_KEYS = ("rollout", "log_probs", "train_compute", "bubble", "exposed_a2a", "other_comm", "weight_sync",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from perfmodel.cost.stage import ChunkCost, chunk_cost, dp_grad_sync_s, optimizer_step_s, p2p_time_s
+from perfmodel.cost.train.stage import ChunkCost, chunk_cost, dp_grad_sync_s, optimizer_step_s, p2p_time_s
 from perfmodel.sim.invariants import check_train_step
 from perfmodel.sim.pipeline import OpTimes, PipelineResult, TraceEvent, run_pipeline
 from perfmodel.sim.schedules import ForwardOnly, Schedule, make_schedule

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from perfmodel.cost.compute import gemm_time_s
-from perfmodel.cost.stage import time_work
-from perfmodel.cost.work import Builder
+from perfmodel.cost.train.stage import time_work
+from perfmodel.cost.train.work import Builder
 from perfmodel.predict import simulate_run
 from perfmodel.inputs.hardware import load_hardware
 from perfmodel.inputs.run import RunSpec
@@ -54,7 +54,7 @@ def test_materialized_attention_keeps_its_softmax_without_recompute() -> None:
 
 
 def test_sp_backward_all_gather_is_exposed_only_beyond_the_input_gradient_gemms() -> None:
-    from perfmodel.cost.stage import _places  # the group placements of a scenario
+    from perfmodel.cost.train.stage import _places  # the group placements of a scenario
     from perfmodel.inputs.scenario import build_scenario
 
     d = copy.deepcopy(BASE)

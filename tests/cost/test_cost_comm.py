@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from perfmodel.cost.dispatch import dedup_all_to_all_s
 from perfmodel.cost.comm import (
     GroupPlacement,
     all_gather_s,
     all_reduce_s,
     all_to_all_s,
     bus_bandwidth_bytes_per_s,
-    dedup_all_to_all_s,
     group_placement,
     placement_from_stride,
     reduce_scatter_s,

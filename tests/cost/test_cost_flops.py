@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfmodel.cost.flops import model_flops_per_token
+from perfmodel.cost.train.flops import model_flops_per_token
 from perfmodel.inputs.model import load_model
 
 # (model, seq_len, tokens/s/GPU, model TFLOP/s/GPU) from Megatron-Bridge performance-summary (S17)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfmodel.cost.layers import (
+from perfmodel.cost.train.layers import (
     HC_ELEMENTWISE_PASSES_BWD,
     HC_ELEMENTWISE_PASSES_FWD,
     Shard,
@@ -129,10 +129,11 @@ def test_deepep_dispatch_carries_one_copy_per_token(dsv4):
     f = next(layer.ffn for layer in dsv4.layers if layer.ffn.kind == "moe")
     s = Shard(tokens=4096, seq_len=4096, ep=8, dedup_dispatch=True)
     a2a = [c for c in ffn_work(f, s).comms if c.kind == "ep_a2a"]
-    assert len(a2a) == 4 and all(c.fanout == (f.top_k, f.num_experts) for c in a2a)
+    assert len(a2a) == 4 and all(c.dispatch.dedup and (c.dispatch.top_k, c.dispatch.experts) == (f.top_k, f.num_experts)
+                                 for c in a2a)
     assert a2a[1].nbytes == pytest.approx(4096 * f.hidden_size * 2)  # combine: one BF16 row per token
     plain = [c for c in ffn_work(f, Shard(tokens=4096, seq_len=4096, ep=8)).comms if c.kind == "ep_a2a"]
-    assert plain[1].fanout is None and plain[1].nbytes == pytest.approx(f.top_k * a2a[1].nbytes)
+    assert not plain[1].dispatch.dedup and plain[1].nbytes == pytest.approx(f.top_k * a2a[1].nbytes)
 
 
 def test_mhc_is_memory_bound_over_hc_streams(dsv4):

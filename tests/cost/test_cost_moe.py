@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from perfmodel.cost.moe import (
+from perfmodel.cost.train.moe import (
     MoEAssumptions,
     dispatch_bytes,
     hash_expert_load,

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from perfmodel.errors import InputError
-from perfmodel.memory import MemoryBreakdown
+from perfmodel.cost.memory.training import MemoryBreakdown
 from perfmodel.predict import simulate_run
 from perfmodel.sim.invariants import PhysicsError, check_rl_step
 from perfmodel.sim.train import TrainStepResult

@@ -10,15 +10,9 @@ import time
 import pytest
 
 from perfmodel.errors import InputError
-from perfmodel.sim.rollout import (
-    EngineCost,
-    RolloutParams,
-    decode_step_time_s,
-    engine_geometry,
-    response_law,
-    response_lengths,
-    simulate_rollout,
-)
+from perfmodel.cost.serve.engine import EngineCost, RolloutParams, decode_step_time_s, engine_geometry
+from perfmodel.sim.response_law import response_law, response_lengths
+from perfmodel.sim.rollout import simulate_rollout
 from perfmodel.inputs.case import load_case
 from perfmodel.inputs.scenario import build_scenario
 

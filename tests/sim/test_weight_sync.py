@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfmodel.sim.weight_sync import (
+from perfmodel.cost.serve.weight_update import (
     GB300_BUCKET_RUNS,
     MIB,
     PER_BUCKET_S,

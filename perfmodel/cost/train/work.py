@@ -8,8 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-ACT_BYTES = 2.0  # BF16 activations (Megatron params_dtype / TE activation dtype)
-FP32_BYTES = 4.0
+from perfmodel.cost.dispatch import Dispatch
+from perfmodel.cost.dtypes import dtype_bytes
+
+ACT_BYTES = dtype_bytes("bf16")  # BF16 activations (Megatron params_dtype / TE activation dtype)
+FP32_BYTES = dtype_bytes("fp32")
 ATTN_BWD_FACTOR = 2.5  # flash attention backward / forward (FlashAttention-2 section 3.1.2)
 INDEXER_BWD_FACTOR = 2.0  # assumption: indexer scores backward = dQ and dK GEMMs, 2x the forward score GEMM
 MEM_BWD_FACTOR = 2.0  # assumption: an elementwise kernel's backward reads the saved input and the output grad, writes the input grad
@@ -99,7 +102,7 @@ class CommOp:
     phase: Literal["fwd", "bwd"]
     overlaps_attention: bool = False  # CP ring exchange runs under the attention kernel (TE ring attention)
     overlaps_dgrad: bool = False  # runs under the input-gradient GEMMs (Megatron's async SP all-gather)
-    fanout: tuple[int, int] | None = None  # (top_k, experts): a deduplicating MoE dispatch of one copy per token
+    dispatch: Dispatch | None = None  # an MoE dispatch or combine, priced by cost/dispatch.py
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +144,14 @@ class Builder:
                                    core))
 
     def comm(self, kind: CommKind, op: Op, nbytes: float, phase: Literal["fwd", "bwd"], overlap: bool = False,
-             fanout: tuple[int, int] | None = None, under_dgrad: bool = False) -> None:
+             under_dgrad: bool = False) -> None:
         if nbytes > 0:
-            self.comms.append(CommOp(kind, op, nbytes, phase, overlap, under_dgrad, fanout))
+            self.comms.append(CommOp(kind, op, nbytes, phase, overlap, under_dgrad))
+
+    def dispatch(self, d: Dispatch, phase: Literal["fwd", "bwd"]) -> None:
+        """An EP all-to-all (dispatch or combine) of this GPU's routed tokens."""
+        if d.send_bytes > 0:
+            self.comms.append(CommOp("ep_a2a", "all_to_all", d.send_bytes, phase, dispatch=d))
 
     def build(self, model_flops_fwd: float = 0.0) -> Work:
         return Work(tuple(self.gemms), tuple(self.kernels), tuple(self.comms), model_flops_fwd)

@@ -11,8 +11,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from perfmodel.cost.compute import dtype_bytes
-from perfmodel.cost.work import (
+from perfmodel.cost.dtypes import dtype_bytes
+from perfmodel.cost.train.work import (
     ACT_BYTES,
     FP32_BYTES,
     INDEXER_BWD_FACTOR,

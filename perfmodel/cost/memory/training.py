@@ -1,4 +1,4 @@
-"""Per-GPU memory of a training rank and of an SGLang rollout GPU (issue #3, item 3).
+"""Per-GPU memory of a training rank.
 
 `training_memory(scn, pipeline_rank)` sums, for one pipeline rank (the worst one when `pipeline_rank` is None):
 
@@ -13,9 +13,6 @@
   buffers, FSDP unshard buffers);
 * a margin for allocator fragmentation, the GPU runtime context and library workspaces.
 
-`rollout_memory(scn)` gives an SGLang engine GPU: weights in the rollout precision, the KV pool left by
-`--mem-fraction-static` (or capped by `--max-total-tokens`), the KV bytes per token and the pool's token capacity.
-
 Bytes are SI-free counts (plain bytes); `summary()` prints GB = 1e9 bytes, as GPU memory is sold.
 
 Megatron byte model (megatron/training/theoretical_memory_usage.py in NVIDIA/Megatron-LM, and its
@@ -29,19 +26,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from perfmodel.sim.invariants import check_parts_non_negative
-from perfmodel.inputs.model import AttentionSpec, FFNSpec, LayerSpec, ModelSpec
+from perfmodel.cost.dtypes import BF16, FP32, INT32, INT64, MASK
+from perfmodel.cost.params import (
+    holds_head,
+    layer_params_local,
+    layers_of_stage,
+    params_on_rank,
+    stages_on_rank,
+)
+from perfmodel.inputs.model import AttentionSpec, FFNSpec, LayerSpec
 from perfmodel.inputs.scenario import Scenario
+from perfmodel.sim.invariants import check_parts_non_negative
 
 GiB = 1024**3
 GB = 1e9
-
-# --- bytes per element ----------------------------------------------------------------------------------------
-BF16 = 2
-FP32 = 4
-INT64 = 8  # token ids (Megatron theoretical_memory_usage.py: "8 * seq_length * micro_batch_size" input to embedding)
-INT32 = 4  # top-k indices of the DSV4 indexer
-MASK = 1  # a dropout mask element (Korthikanti et al. 2022, Sec. 4.1: "the dropout mask ... 1 byte per element")
 
 # FP32 master weights + Adam exp_avg + exp_avg_sq: Megatron docs/user-guide/features/dist_optimizer.md (12 of the
 # 18 bytes/param) and theoretical_memory_usage.py `6 + 12 / data_parallel_size`.
@@ -64,23 +62,6 @@ COMM_BUFFER_PER_GROUP_BYTES = 4 * 1024**2 * 32 * 2
 # /work/shared/reference/dsv4-flash-and-miles.md 2.1, 2.2). Override with `margin_bytes=`.
 MARGIN_FRACTION_OF_HBM = 0.05
 MARGIN_FIXED_BYTES = 2 * GiB
-
-# FP8 rollout weights: 1 byte per GEMM weight + one FP32 scale per 128 x 128 block (quantization_config
-# weight_block_size [128, 128]; the sgl-project/DeepSeek-V4-Flash-FP8 repackage stores every scale as F32,
-# /work/shared/reference/dsv4-flash-and-miles.md 1.6).
-FP8_BLOCK = 128 * 128
-FP8_WEIGHT_BYTES = 1 + FP32 / FP8_BLOCK
-
-# DSV4 SGLang decode state ([BLOG-DAY0] in /work/shared/reference/dsv4-flash-and-miles.md 1.3): every layer keeps
-# the last 128 raw tokens (SWA) per request; compression-state rings hold C4: 8 and C128: 128 not-yet-compressed
-# entries. The ring entry layout follows the reference Compressor buffers kv_state / score_state of shape
-# [coff * ratio, coff * head_dim] in FP32 (coff = 2 for ratio 4, else 1), whose first dimension gives exactly the
-# 8 / 128 above. [inference]
-DSV4_STATE_BYTES = FP32
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Results
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,182 +125,6 @@ class MemoryBreakdown:
         line += "" if self.host_fits else f" (does NOT fit: {-self.host_headroom_bytes / GB:.1f} GB over)"
         return line
 
-
-@dataclass(frozen=True, slots=True)
-class RolloutMemory:
-    """Bytes on one SGLang engine GPU."""
-
-    weights_bytes: float
-    kv_pool_bytes: float
-    reserved_bytes: float  # HBM x (1 - mem_fraction_static): activations, CUDA/HIP graphs, NCCL, left by SGLang
-    kv_bytes_per_token: float  # per GPU, all layers, growing with context
-    kv_bytes_per_request_fixed: float  # per GPU and running request, independent of its length (DSV4 SWA + state)
-    kv_capacity_tokens: int  # tokens the pool holds, ignoring the per-request fixed part
-    total_bytes: float
-    capacity_bytes: float
-    fits: bool  # the weights leave a non-empty KV pool inside the static fraction
-
-    def __post_init__(self) -> None:
-        check_parts_non_negative("memory parts >= 0", "rollout engine memory",
-                                 {"weights": self.weights_bytes, "kv_pool": self.kv_pool_bytes,
-                                  "reserved": self.reserved_bytes, "total": self.total_bytes})
-
-    @property
-    def headroom_bytes(self) -> float:
-        return self.capacity_bytes - self.total_bytes
-
-    def max_requests(self, context_tokens: int) -> int:
-        """Running requests of `context_tokens` each that the pool holds at once."""
-        per = context_tokens * self.kv_bytes_per_token + self.kv_bytes_per_request_fixed
-        return int(self.kv_pool_bytes // per) if per > 0 else 0
-
-    def summary(self) -> str:
-        return (f"rollout GPU: weights {self.weights_bytes / GB:.1f} + KV pool {self.kv_pool_bytes / GB:.1f} "
-                f"({self.kv_capacity_tokens:,} tokens at {self.kv_bytes_per_token:,.0f} B/token"
-                + (f", +{self.kv_bytes_per_request_fixed / 1e6:.1f} MB per request" if self.kv_bytes_per_request_fixed
-                   else "")
-                + f") + reserved {self.reserved_bytes / GB:.1f} = {self.total_bytes / GB:.1f} GB of "
-                f"{self.capacity_bytes / GB:.1f} GB" + ("" if self.fits else " (does NOT fit: no KV pool left)"))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Parameters per rank
-#
-# Megatron shards attention heads and MLP widths over TP (column/row parallel), keeps norms, routers and the
-# MLA/DSV4 latent down-projections replicated (megatron/core/transformer/multi_latent_attention.py builds
-# linear_q_down_proj / linear_kv_down_proj with parallel_mode='duplicated'), splits each GQA KV head over TP only
-# while kv_heads >= tp (otherwise each rank holds one replicated head), and shards routed experts over EP x ETP.
-
-
-@dataclass(frozen=True, slots=True)
-class _Local:
-    params: float  # parameters held by one rank
-    non_gemm: float  # of which not GEMM weights (norms, biases, sinks, router, mHC mixers): stay BF16 in FP8 recipes
-
-
-def _compressor_params(hidden: int, ratio: int, head_dim: int) -> int:
-    """DSV4 Compressor (ape, wkv, wgate, norm), as counted by perfmodel.inputs.model (kept in step by
-    tests/test_memory.py::test_split_params_sum_to_the_model_at_tp1)."""
-    width = (2 if ratio == 4 else 1) * head_dim
-    return ratio * width + 2 * hidden * width + head_dim
-
-
-def attention_params_local(a: AttentionSpec, tp: int) -> _Local:
-    """Attention parameters held by one of `tp` tensor-parallel ranks; equals `a.params()` at tp=1."""
-    d, h = a.hidden_size, a.num_heads
-    if a.kind == "gqa":
-        kv_div = min(tp, a.num_kv_heads)
-        q, k, v = h * a.head_dim, a.num_kv_heads * a.head_dim, a.num_kv_heads * a.v_head_dim
-        gemm = (d * q + h * a.v_head_dim * d) / tp + d * (k + v) / kv_div
-        non_gemm = (q / tp + (k + v) / kv_div) * a.qkv_bias + d * a.o_bias + 2 * a.head_dim * a.qk_norm
-    elif a.kind == "mla":
-        r, c, q_out = a.q_lora_rank, a.kv_lora_rank, h * a.head_dim
-        gemm = (d * r + r * q_out / tp) if r else d * q_out / tp
-        gemm += d * (c + a.qk_rope_head_dim) + c * h * (a.head_dim - a.qk_rope_head_dim + a.v_head_dim) / tp
-        gemm += h * a.v_head_dim * d / tp
-        non_gemm = r + c  # q_a and kv_a layernorms
-    else:  # dsv4
-        r, hd, g = a.q_lora_rank, a.head_dim, a.o_groups
-        gemm = d * r + r * h * hd / tp + d * hd  # wq_a, kv latent replicated; wq_b head-parallel
-        gemm += ((h * hd // g) * (g * a.o_lora_rank) + g * a.o_lora_rank * d) / tp  # grouped wo_a, wo_b
-        non_gemm = r + hd  # q_norm, kv_norm
-        if a.compress_ratio:
-            gemm += _compressor_params(d, a.compress_ratio, hd)  # one latent head: replicated
-        if a.has_indexer:
-            ih, ihd = a.index_n_heads, a.index_head_dim
-            gemm += (r * ih * ihd + d * ih) / tp + _compressor_params(d, a.compress_ratio, ihd)
-    non_gemm += h * a.has_sinks / tp
-    return _Local(gemm + non_gemm, non_gemm)
-
-
-def ffn_params_local(f: FFNSpec, tp: int) -> tuple[_Local, float]:
-    """(non-expert params held by one of `tp` ranks, routed-expert params of the whole layer)."""
-    if f.kind == "dense":
-        return _Local(f.mlp_params(f.intermediate_size) / tp, 0.0), 0.0
-    shared = f.num_shared_experts * f.mlp_params(f.shared_intermediate_size) / tp
-    routed = f.num_experts * f.mlp_params(f.expert_intermediate_size)
-    return _Local(shared + f.router_params, f.router_params), float(routed)
-
-
-def layer_params_local(layer: LayerSpec, tp: int, expert_shards: int, attn_tp: int | None = None) -> tuple[_Local, float]:
-    """(non-expert params on one rank, routed-expert params on one rank) for one decoder (or MTP) layer.
-    mHC mixers, norms and the MTP projections are counted replicated (small)."""
-    a = attention_params_local(layer.attention, attn_tp or tp)
-    f, routed = ffn_params_local(layer.ffn, tp)
-    rest = layer.norm_params + layer.hc_params + layer.mtp_params
-    non_gemm = a.non_gemm + f.non_gemm + layer.norm_params + layer.hc_params
-    return _Local(a.params + f.params + rest, non_gemm), routed / expert_shards
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Pipeline placement
-
-
-def _stage_offsets(scn: Scenario) -> list[int]:
-    out, acc = [], 0
-    for n in scn.stage_layers:
-        out.append(acc)
-        acc += n
-    return out
-
-
-def stages_on_rank(scn: Scenario, rank: int) -> list[int]:
-    """Virtual stages held by pipeline rank `rank`: j * pp + rank (Megatron interleaving); DualPipe(V) holds two
-    chunks in a V, stages r and 2pp-1-r (DualPipe's second parameter copy is counted in params_on_rank)."""
-    pp = scn.layout.pp
-    if scn.schedule in ("dualpipe", "dualpipev"):  # two chunks per rank in a V: stages r and 2pp-1-r
-        return sorted({rank, 2 * pp - 1 - rank})
-    return [j * pp + rank for j in range(len(scn.stage_layers) // pp)]
-
-
-def _holds_embedding(scn: Scenario, rank: int) -> bool:
-    return 0 in stages_on_rank(scn, rank)
-
-
-def _holds_head(scn: Scenario, rank: int) -> bool:
-    """LM head, final norm and MTP live with the last virtual stage; DualPipeV folds the last chunk back onto
-    rank 0 (V shape, deepseek-ai/DualPipe README)."""
-    if scn.schedule == "dualpipev":
-        return rank == 0
-    return len(scn.stage_layers) - 1 in stages_on_rank(scn, rank)
-
-
-def _layers_of_stage(scn: Scenario, stage: int) -> tuple[LayerSpec, ...]:
-    off = _stage_offsets(scn)[stage]
-    return scn.model.layers[off: off + scn.stage_layers[stage]]
-
-
-def params_on_rank(scn: Scenario, rank: int) -> tuple[float, float, float]:
-    """(non-expert params, routed-expert params, non-GEMM params) held by pipeline rank `rank`, before any
-    data-parallel sharding. Embedding on the first stage, LM head + final norm + MTP on the last (untied); a tied
-    head on another stage keeps its own copy; Megatron also builds the embedding on the MTP stage
-    (megatron/core/models/gpt/gpt_model.py: `if self.pre_process or self.mtp_process: self.embedding = ...`)."""
-    m, lay = scn.model, scn.layout
-    dense = expert = non_gemm = 0.0
-    for stage in stages_on_rank(scn, rank):
-        for layer in _layers_of_stage(scn, stage):
-            loc, ex = layer_params_local(layer, lay.tp, lay.ep * lay.etp)
-            dense, expert, non_gemm = dense + loc.params, expert + ex, non_gemm + loc.non_gemm
-    emb = m.embedding_params() / lay.tp
-    first, last = _holds_embedding(scn, rank), _holds_head(scn, rank)
-    if first:
-        dense, non_gemm = dense + emb, non_gemm + emb
-    if last:
-        for layer in m.mtp_layers:
-            loc, ex = layer_params_local(layer, lay.tp, lay.ep * lay.etp)
-            dense, expert, non_gemm = dense + loc.params, expert + ex, non_gemm + loc.non_gemm
-        head = m.vocab_size * m.hidden_size / lay.tp
-        if m.tie_word_embeddings:
-            head = 0.0 if first else head  # tied: shares the first stage's table, else keeps a synced copy
-        if m.mtp_layers and not first:
-            head += emb  # MTP stage's own embedding
-        dense += head + m.final_params
-        non_gemm += head + m.final_params
-    if scn.schedule == "dualpipe":
-        # DualPipe proper runs two mirrored pipelines: every rank keeps both directions' copies of its chunks
-        # (deepseek-ai/DualPipe README table: "Parameter 2x"); DualPipeV keeps one.
-        dense, expert, non_gemm = 2 * dense, 2 * expert, 2 * non_gemm
-    return dense, expert, non_gemm
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -498,14 +303,14 @@ def activations_on_rank(scn: Scenario, rank: int, expert_load_imbalance: float =
     work = 0.0  # one layer's full activations, rebuilt in the backward under full recompute
     held: list[LayerSpec] = []
     for stage, count in inflight.items():
-        layers = _layers_of_stage(scn, stage)
+        layers = layers_of_stage(scn, stage)
         held.extend(layers)
         total += count * sum(layer_bytes(x, t.recompute) for x in layers)
         if stage == 0:
             # token ids (INT64) and the embedding dropout mask per in-flight micro-batch (Megatron
             # theoretical_memory_usage.py: 8 s b p + s b h p)
             total += count * tokens * (INT64 + MASK * m.hidden_size) / rep
-    if _holds_head(scn, rank):
+    if holds_head(scn, rank):
         held.extend(m.mtp_layers)
         # one micro-batch reaches the loss at a time: final norm input/output, FP32 logits kept by the
         # vocab-parallel cross entropy (Megatron: s b h 4 (1 + V/h) / t); mHC folds hc streams before the head.
@@ -587,7 +392,7 @@ def _rank_memory(
     comm = _process_groups(scn) * COMM_BUFFER_PER_GROUP_BYTES + token_comm
     if t.fsdp:
         # FSDP unshards one layer while prefetching the next (BF16) and reduce-scatters its grads (FP32)
-        layers = [x for s in stages_on_rank(scn, rank) for x in _layers_of_stage(scn, s)]
+        layers = [x for s in stages_on_rank(scn, rank) for x in layers_of_stage(scn, s)]
         biggest = 0.0
         for x in layers:
             loc, ex = layer_params_local(x, lay.tp, lay.ep * lay.etp)
@@ -628,128 +433,3 @@ def all_ranks(
     return [_rank_memory(scn, r, grad_reduce_in_bf16, margin_bytes, expert_load_imbalance)
             for r in range(scn.layout.pp)]
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# KV cache and rollout memory
-
-
-def _kv_entry_bytes(dim: int, rope: int, dtype: str) -> float:
-    """Bytes of one latent KV entry of `dim` elements, `rope` of them rotary. FP8 follows FlashMLA's FP8 KV layout
-    for DeepSeek-V3.2 (656 bytes for 512 + 64: FP8 no-rope part, one FP32 scale per 128 of it, BF16 rope part),
-    applied to DSV4's 512-dim entry with its 64 rope dims inside."""
-    if dtype != "fp8":
-        return BF16 * dim
-    nope = dim - rope
-    return nope + FP32 * math.ceil(nope / 128) + BF16 * rope
-
-
-def _indexer_key_bytes(ihd: int, dtype: str) -> float:
-    """One DSV4/V3.2 indexer key: BF16, or FP8 with one FP32 scale per token (SGLang NSA index_k buffer)."""
-    return BF16 * ihd if dtype != "fp8" else ihd + FP32
-
-
-def _kv_layers(model: ModelSpec, include_mtp: bool) -> tuple[LayerSpec, ...]:
-    return model.layers + (model.mtp_layers if include_mtp else ())
-
-
-def kv_bytes_per_token(model: ModelSpec, dtype: str = "bf16", tp: int = 1, include_mtp: bool = False) -> float:
-    """KV-cache bytes per token of context, per GPU of an attention-TP group of `tp`, over all layers.
-
-    * GQA: K and V, 2 x kv_heads x head_dim per layer, the heads split over TP while kv_heads >= tp (else one
-      replicated head per rank); sliding-window layers are bounded per request (see kv_bytes_per_request_fixed).
-      FP8: 1 byte per element (SGLang fp8_e4m3 KV cache, per-tensor scale).
-    * MLA: one latent of kv_lora_rank + qk_rope_head_dim per layer, replicated on every TP rank (SGLang
-      MLATokenToKVPool); FP8 1 byte per element.
-    * DSV4 (/work/shared/reference/dsv4-flash-and-miles.md 1.3): every layer attends to a 128-token raw window
-      (a fixed cost per request); CSA layers (ratio 4) add one 512-dim compressed entry per 4 tokens plus one
-      indexer key (index_head_dim) per 4 tokens; HCA layers (ratio 128) one 512-dim entry per 128 tokens.
-      Replicated over TP (one latent head).
-    """
-    total = 0.0
-    for layer in _kv_layers(model, include_mtp):
-        a = layer.attention
-        if a.kind == "gqa":
-            if a.sliding_window:
-                continue
-            kv_local = a.num_kv_heads / tp if a.num_kv_heads >= tp else 1.0
-            total += kv_local * (a.head_dim + a.v_head_dim) * (1 if dtype == "fp8" else BF16)
-        elif a.kind == "mla":
-            total += (a.kv_lora_rank + a.qk_rope_head_dim) * (1 if dtype == "fp8" else BF16)
-        elif a.compress_ratio:
-            total += _kv_entry_bytes(a.head_dim, a.qk_rope_head_dim, dtype) / a.compress_ratio
-            if a.has_indexer:
-                total += _indexer_key_bytes(a.index_head_dim, dtype) / a.compress_ratio
-    return total
-
-
-def kv_bytes_per_request_fixed(model: ModelSpec, dtype: str = "bf16", tp: int = 1, include_mtp: bool = False) -> float:
-    """Per-request KV bytes that do not grow with the context, per GPU: the sliding windows (GQA sliding layers
-    at their window, every DSV4 layer at its 128 raw tokens) and DSV4's compression-state rings (C4: 8 entries,
-    C128: 128 entries; kv + score, FP32, width coff x head_dim; CSA layers also the indexer compressor's ring)."""
-    total = 0.0
-    for layer in _kv_layers(model, include_mtp):
-        a = layer.attention
-        if a.kind == "gqa" and a.sliding_window:
-            kv_local = a.num_kv_heads / tp if a.num_kv_heads >= tp else 1.0
-            total += a.sliding_window * kv_local * (a.head_dim + a.v_head_dim) * (1 if dtype == "fp8" else BF16)
-        elif a.kind == "dsv4":
-            total += a.sliding_window * _kv_entry_bytes(a.head_dim, a.qk_rope_head_dim, dtype)
-            if a.compress_ratio:
-                coff = 2 if a.compress_ratio == 4 else 1
-                ring = coff * a.compress_ratio
-                total += 2 * ring * coff * a.head_dim * DSV4_STATE_BYTES
-                if a.has_indexer:
-                    total += 2 * ring * coff * a.index_head_dim * DSV4_STATE_BYTES
-    return total
-
-
-def rollout_weights_bytes(model: ModelSpec, precision: str, tp: int, ep: int, attn_tp: int,
-                          include_mtp: bool = False) -> float:
-    """Weights on one SGLang GPU: attention split over the attention TP (tp / dp with DP-attention: replicated on
-    each attention-DP rank), dense and shared-expert MLPs over tp, routed experts over max(tp, ep) (SGLang
-    splits each expert over tp / ep ranks when ep < tp), embedding and LM head vocab-parallel over tp (SGLang
-    default without --enable-dp-lm-head). FP8: GEMM weights 1 byte + block scales; the rest BF16."""
-    gemm_bytes = FP8_WEIGHT_BYTES if precision == "fp8" else BF16
-    total = 0.0
-    for layer in _kv_layers(model, include_mtp):
-        a = attention_params_local(layer.attention, attn_tp)
-        f, routed = ffn_params_local(layer.ffn, tp)
-        non_gemm = a.non_gemm + f.non_gemm + layer.norm_params + layer.hc_params
-        gemm = a.params + f.params - a.non_gemm - f.non_gemm + layer.mtp_params + routed / max(tp, ep)
-        total += gemm * gemm_bytes + non_gemm * BF16
-    head = model.vocab_size * model.hidden_size * (0 if model.tie_word_embeddings else 1)
-    total += BF16 * ((model.embedding_params() + head) / tp + model.final_params)
-    return total
-
-
-def rollout_memory(scn: Scenario, include_mtp: bool = False) -> RolloutMemory:
-    """One GPU of an SGLang rollout engine. SGLang keeps weights + KV pool within hbm x mem_fraction_static:
-    pool = hbm x mem_fraction_static - weights, capped at max_total_tokens x kv_bytes_per_token when
-    --max-total-tokens is given; the rest of HBM is left for activations, graphs and communication.
-    `include_mtp`: load the MTP layers too (speculative decoding)."""
-    if scn.run.rl is None:
-        raise ValueError("rollout_memory needs an RL run (rl: section)")
-    ro, hw, m = scn.run.rl.rollout, scn.hardware, scn.model
-    attn_tp = ro.tp // ro.dp if ro.dp_attention else ro.tp
-    kv_dtype = ro.kv_cache_dtype or "bf16"  # SGLang --kv-cache-dtype auto = the model's BF16
-    weights = rollout_weights_bytes(m, ro.precision, ro.tp, ro.ep, attn_tp, include_mtp)
-    per_token = kv_bytes_per_token(m, kv_dtype, attn_tp, include_mtp)
-    fixed = kv_bytes_per_request_fixed(m, kv_dtype, attn_tp, include_mtp)
-    static = hw.hbm_bytes * ro.mem_fraction_static
-    pool = max(0.0, static - weights)
-    if ro.max_total_tokens is not None and per_token > 0:
-        pool = min(pool, ro.max_total_tokens * per_token)
-    capacity_tokens = int(pool // per_token) if per_token > 0 else 0
-    reserved = hw.hbm_bytes - static
-    total = weights + pool + reserved
-    return RolloutMemory(
-        weights_bytes=weights,
-        kv_pool_bytes=pool,
-        reserved_bytes=reserved,
-        kv_bytes_per_token=per_token,
-        kv_bytes_per_request_fixed=fixed,
-        kv_capacity_tokens=capacity_tokens,
-        total_bytes=total,
-        capacity_bytes=hw.hbm_bytes,
-        fits=weights < static and pool > 0,
-    )

@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from perfmodel.cost.compute import dtype_bytes
+from perfmodel.cost.dtypes import dtype_bytes
 from perfmodel.inputs.model import FFNSpec
 
 DEFAULT_BALANCE_FACTOR = 1.0  # force-balanced benchmarks (hardware.md 3e, S17 page note)

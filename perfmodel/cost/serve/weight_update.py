@@ -47,7 +47,7 @@ Not modelled: overlap of gather and send across buckets (Miles runs them one aft
 P2P / delta updates, NCCL group setup on the first update (cold updates are ~10% slower than steady ones).
 
 Shared pieces: collectives from `perfmodel.cost.comm` (Megatron group placement), the trainer's GPU bytes from
-`perfmodel.memory.training_memory` (worst pipeline rank) and the rollout weights per GPU from `rollout_memory`.
+`perfmodel.cost.memory.training.training_memory` (worst pipeline rank) and the rollout weights per GPU from `rollout_memory`.
 """
 
 from __future__ import annotations
@@ -55,9 +55,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from perfmodel.cost.dtypes import FP8_BLOCK_WEIGHT_BYTES
 from perfmodel.cost.comm import GroupPlacement, all_gather_s, broadcast_s, group_placement
 from perfmodel.errors import InputError
-from perfmodel.memory import rollout_memory, training_memory
+from perfmodel.cost.memory.rollout import rollout_memory
+from perfmodel.cost.memory.training import training_memory
 from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.inputs.model import ModelSpec
 from perfmodel.inputs.scenario import Scenario
@@ -113,8 +115,6 @@ DISK_WRITE_BYTES_PER_S = 5.0e9
 (a mid-size Lustre / NFS-over-RDMA deployment); calibrate per site."""
 DISK_READ_BYTES_PER_S = 20.0e9
 """Assumption: aggregate read bandwidth of the same filesystem seen by all engines together."""
-FP8_BLOCK = 128
-"""128 x 128 blocks, one FP32 scale each (DSV4 quantization_config weight_block_size; Miles quantizer_fp8.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +231,7 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) 
     p = _params(scn)
     bucket = rl.weight_update.bucket_mb * MIB
     bf16 = 2.0 * p.total
-    wq = 1.0 + 4.0 / FP8_BLOCK**2
+    wq = FP8_BLOCK_WEIGHT_BYTES  # 128 x 128 blocks, one FP32 scale each (Miles quantizer_fp8.py)
     xfer = (p.quantizable * wq + (p.total - p.quantizable) * 2.0) if fp8 else bf16
     stage_bytes = [2.0 * (d + e) for d, e in zip(p.stage_dense, p.stage_expert)]
     # Miles buckets the HF tensors of one pipeline stage at a time

@@ -30,16 +30,17 @@ Conventions (documented once here):
 
 from __future__ import annotations
 
-from perfmodel.cost.attention import attention_work, mean_keys_per_query
-from perfmodel.cost.compute import dtype_bytes
-from perfmodel.cost.flops import head_model_flops_fwd, layer_model_flops_fwd, model_flops_per_token
-from perfmodel.cost.work import (
+from perfmodel.cost.train.attention import attention_work, mean_keys_per_query
+from perfmodel.cost.dtypes import dtype_bytes
+from perfmodel.cost.train.flops import head_model_flops_fwd, layer_model_flops_fwd, model_flops_per_token
+from perfmodel.cost.train.work import (
     ACT_BYTES,
     CE_BWD_BYTES_PER_LOGIT,
     CE_FWD_BYTES_PER_LOGIT,
     FP32_BYTES,
     Builder,
     CommOp,
+    Dispatch,
     Gemm,
     Kernel,
     Shard,
@@ -78,21 +79,10 @@ def ffn_work(f: FFNSpec, s: Shard, imbalance: float = 1.0) -> Work:
     b.gemm("router", t, f.num_experts, h)
     b.mem("router_softmax_topk", t * f.num_experts * FP32_BYTES * 2)
     imb = imbalance if s.ep > 1 else 1.0
-    disp = t * f.top_k * h  # elements in this GPU's send buffer (one copy per (token, expert) pair)
-    if s.ep > 1 and s.dedup_dispatch:
-        # DeepEP-style: the send buffer holds one copy per token; the fan-out to destination GPUs and nodes is
-        # priced by comm.dedup_all_to_all_s from (top_k, experts).
-        fan = (f.top_k, f.num_experts)
-        one = t * h * imb
-        b.comm("ep_a2a", "all_to_all", one * dtype_bytes(s.precision), "fwd", fanout=fan)  # dispatch
-        b.comm("ep_a2a", "all_to_all", one * ACT_BYTES, "fwd", fanout=fan)  # combine
-        b.comm("ep_a2a", "all_to_all", one * ACT_BYTES, "bwd", fanout=fan)
-        b.comm("ep_a2a", "all_to_all", one * ACT_BYTES, "bwd", fanout=fan)
-    elif s.ep > 1:
-        b.comm("ep_a2a", "all_to_all", disp * dtype_bytes(s.precision) * imb, "fwd")  # dispatch
-        b.comm("ep_a2a", "all_to_all", disp * ACT_BYTES * imb, "fwd")  # combine
-        b.comm("ep_a2a", "all_to_all", disp * ACT_BYTES * imb, "bwd")
-        b.comm("ep_a2a", "all_to_all", disp * ACT_BYTES * imb, "bwd")
+    if s.ep > 1:  # dispatch (in the GEMM dtype) and combine forward; their mirrors backward
+        for phase, elem in (("fwd", dtype_bytes(s.precision)), ("fwd", ACT_BYTES), ("bwd", ACT_BYTES),
+                            ("bwd", ACT_BYTES)):
+            b.dispatch(Dispatch(t * imb, h, f.top_k, f.num_experts, elem, s.dedup_dispatch), phase)
     rows = t * f.top_k * imb * s.etp  # expert rows on the busiest GPU after dispatch (and the ETP gather)
     if s.etp > 1:
         nbytes = rows * h * ACT_BYTES

@@ -19,13 +19,13 @@ from typing import Any
 from perfmodel.cost.comm import (
     GroupPlacement,
     collective_s,
-    dedup_all_to_all_s,
     group_placement,
     placement_from_stride,
     send_recv_s,
 )
+from perfmodel.cost.dispatch import dispatch_s
 from perfmodel.cost.compute import attention_time_s, gemm_time_s, memory_bound_time_s
-from perfmodel.cost.layers import (
+from perfmodel.cost.train.layers import (
     ACT_BYTES,
     Kernel,
     Shard,
@@ -35,7 +35,7 @@ from perfmodel.cost.layers import (
     layer_work,
     mtp_work,
 )
-from perfmodel.cost.moe import MoEAssumptions, layer_imbalance
+from perfmodel.cost.train.moe import MoEAssumptions, layer_imbalance
 from perfmodel.cost.params import stage_params
 from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.inputs.model import LayerSpec, ModelSpec
@@ -137,8 +137,8 @@ def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement]) -
     overlapped = {"fwd": 0.0, "bwd": 0.0}
     under_dgrad: dict[str, float] = {}
     for c in w.comms:
-        if c.fanout is not None:
-            dt = dedup_all_to_all_s(hw, c.nbytes, c.fanout[0], c.fanout[1], places[c.kind])
+        if c.dispatch is not None:
+            dt = dispatch_s(hw, c.dispatch, places[c.kind])
         else:
             dt = collective_s(hw, c.op, c.nbytes, places[c.kind])
         if c.overlaps_attention:

@@ -1,0 +1,358 @@
+"""Cost of one SGLang engine (scheduler) forward, per GPU: prefill, decode step, KV-cache reads, engine
+collectives, and the engine's geometry (attention TP/DP, EP). `perfmodel.sim.rollout` runs engines over time with
+these costs. See that module's docstring for what is modelled; the constants below carry their sources.
+
+Where it prices what training also prices, it goes through the same path: GEMMs through
+`perfmodel.cost.compute.gemm_roofline_s`, EP dispatch through `perfmodel.cost.dispatch`, parameters by role through
+`perfmodel.cost.params`. It keeps two named choices of its own (decode GEMMs at the large-GEMM rate without the curve, `ROLLOUT_DEDUP_DISPATCH`) so
+predictions stay as measured; switching them is a model change.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal
+
+from perfmodel.cost.comm import all_reduce_s, placement_from_stride
+from perfmodel.cost.compute import ATTENTION_FWD_REL_EFFICIENCY, KERNEL_OVERHEAD_S, gemm_rate
+from perfmodel.cost.dispatch import Dispatch, dispatch_s
+from perfmodel.cost.dtypes import FP8_BLOCK, FP8_BLOCK_WEIGHT_BYTES
+from perfmodel.cost.memory.rollout import rollout_memory
+from perfmodel.cost.params import params_by_role
+from perfmodel.errors import InputError
+from perfmodel.inputs.scenario import Scenario
+
+# ---------------------------------------------------------------------------------------------------------------
+# Named constants (each with its source). Calibratable ones are the defaults of `RolloutParams`.
+
+ROLLOUT_DEDUP_DISPATCH = False
+"""The engine's EP all-to-all sends one copy per (token, expert) pair (SGLang's EP MoE all-to-all), not the
+DeepEP-style deduplicated dispatch training can choose; switching is a model change (issue on software stacks)."""
+
+KERNEL_FLOOR_S = KERNEL_OVERHEAD_S
+"""Fixed GPU time of one kernel (launch, ramp, tail): `perfmodel.cost.compute.KERNEL_OVERHEAD_S`, AMD-AGI/Primus
+projection `kernel_launch_latency` 2.8 us (hardware.md S4), the number the hardware profiles also use for the GEMM
+half-efficiency point. Cross-check:
+sgl-project/sglang issue #29960 (DSV4-Flash decode, 2 x RTX PRO 6000, TP2) reports a 12.0 ms GPU span for a graph of
+2,876 nodes whose weight reads take about 3 ms, i.e. about 3 us per node."""
+
+DSV4_DECODE_KERNELS_PER_LAYER = 67.0
+"""Kernels per decoder layer in SGLang's DSV4 decode graph: 2,876 CUDA-graph nodes for 43 layers (sglang issue
+#29960, DeepSeek-V4-Flash target-verify graph) = 66.9 per layer (mHC pre/post with Sinkhorn, compressor, indexer,
+sparse + SWA attention, MoE, shared expert, all-reduces)."""
+
+GQA_DENSE_DECODE_KERNELS_PER_LAYER = 14.0
+"""Assumption (counted, not measured): a Llama-style SGLang decode layer runs about 14 kernels: 2 RMSNorm(+residual),
+QKV GEMM, RoPE/KV store, attention, O GEMM, all-reduce, gate_up GEMM, SiLU-mul, down GEMM, all-reduce, plus a few
+small copies."""
+
+MOE_EXTRA_DECODE_KERNELS_PER_LAYER = 8.0
+"""Assumption (counted): an MoE FFN adds about 8 kernels over a dense one: router GEMM, top-k, align/sort, two grouped
+GEMMs, activation, combine/scatter, shared-expert gate."""
+
+MLA_EXTRA_DECODE_KERNELS_PER_LAYER = 6.0
+"""Assumption (counted): MLA adds q_a / kv_a projections, their norms, the absorbed q_b x k_b and v_b x o GEMMs."""
+
+DEFAULT_RESPONSE_SIGMA = 1.0
+"""Assumption: log-space standard deviation of the response-length law when `truncated_fraction` is not given. It
+gives a long tail; with the DAPO-Math GB300 case (mean 3020 of a 4096 cap) it puts 46% of the responses at the cap,
+near the 55-60% truncation the AMD Miles DSV4 blog reports for DAPO-Math at a 4K cap
+(dsv4-flash-and-miles.md section 2.1)."""
+
+SGLANG_DEFAULT_MAX_RUNNING_REQUESTS = 2048
+"""SGLang ModelRunner: without --max-running-requests, max_num_reqs = clamp(pool tokens / context_len x 512, 2048,
+4096) per scheduler (DP worker); the lower clamp 2048 is used (it never binds at RL batch sizes)."""
+
+SGLANG_CHUNKED_PREFILL_TOKENS = 8192
+"""SGLang --chunked-prefill-size default for large-memory GPUs (the Miles DSV4 docs use 8192 as well)."""
+
+MILES_SERVER_CONCURRENCY_PER_ENGINE = 512
+"""slime / Miles `--sglang-server-concurrency` default 512; the client semaphore is that x number of engines
+(`GenerateState`: sglang_server_concurrency * rollout_num_gpus // rollout_num_gpus_per_engine)."""
+
+@dataclass(frozen=True, slots=True)
+class RolloutParams:
+    """Calibratable rollout parameters (named, documented defaults)."""
+
+    kernel_floor_s: float = KERNEL_FLOOR_S
+    decode_kernels_per_layer: float | None = None  # None: by attention kind (DSV4 67, MLA/GQA counted)
+    decode_host_overhead_s: float = 0.0
+    """CPU time per decode step not hidden by the GPU. 0: SGLang's overlap scheduler runs one batch ahead and the
+    LMSYS SGLang v0.4 blog's Nsight profile shows no GPU idle time between decode batches."""
+    prefill_host_overhead_s: float = 5.0e-3
+    """Assumption: a prefill forward runs eagerly (no CUDA graph) and its Python scheduling (PrefillAdder, radix
+    bookkeeping, batch preparation) is not overlapped: ~5 ms per prefill batch."""
+    chunked_prefill_tokens: int = SGLANG_CHUNKED_PREFILL_TOKENS
+    client_concurrency_per_engine: int = MILES_SERVER_CONCURRENCY_PER_ENGINE
+    router: Literal["round_robin", "least_loaded"] = "round_robin"
+    kv_admission: Literal["actual", "max"] = "actual"
+    response_sigma: float = DEFAULT_RESPONSE_SIGMA
+    moe_all_to_all: bool | None = None  # None: all-to-all with DP-attention, all-reduce (SGLang EP MoE) without
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Engine geometry and the cost of one forward
+
+
+@dataclass(frozen=True, slots=True)
+class EngineGeometry:
+    n_engines: int  # SGLang servers
+    replicas_per_engine: int  # dp schedulers per server without DP-attention
+    n_units: int  # simulated schedulers ("engines" in the result)
+    unit_gpus: int  # GPUs of one scheduler (= tp)
+    attn_tp: int
+    attn_dp: int
+    ep: int
+    moe_tp: int
+    moe_all_to_all: bool
+
+
+def engine_geometry(scn: Scenario, params: RolloutParams | None = None) -> EngineGeometry:
+    rl = rl_section(scn)
+    ro = rl.rollout
+    n_engines = rl.rollout_gpus // ro.engine_gpus
+    if ro.dp_attention:
+        reps, unit, attn_dp = 1, ro.tp, ro.dp
+    else:
+        reps, unit, attn_dp = ro.dp, ro.tp, 1
+    attn_tp = max(1, unit // attn_dp)
+    ep = math.gcd(ro.ep, unit) if ro.ep > 1 else 1
+    a2a = (params.moe_all_to_all if params and params.moe_all_to_all is not None else ro.dp_attention) and ep > 1
+    return EngineGeometry(n_engines, reps, n_engines * reps, unit, attn_tp, attn_dp, ep, unit // ep, a2a)
+
+
+def rl_section(scn: Scenario):
+    if scn.run.rl is None:
+        raise InputError("", "rl", "simulate_rollout needs an rl: section (kind: rl)")
+    return scn.run.rl
+
+
+def _wbytes(precision: str) -> float:
+    """Bytes per weight at the rollout GEMM precision; FP8 carries one FP32 scale per 128x128 block."""
+    return FP8_BLOCK_WEIGHT_BYTES if precision == "fp8" else 2.0
+
+
+def _kv_elem_bytes(dtype: str) -> float:
+    return 1.0 if dtype == "fp8" else 2.0
+
+
+def _latent_entry_bytes(dims: int, rope: int, dtype: str) -> float:
+    """One latent KV entry (MLA / DSV4): FP8 stores the non-RoPE part in FP8 with an FP32 scale per 128 elements and
+    the RoPE part in BF16 (FlashMLA FP8 KV layout); BF16 stores everything in BF16."""
+    if dtype != "fp8":
+        return 2.0 * (dims + rope) if rope and dims else 2.0 * max(dims, rope)
+    return dims + 2.0 * rope + 4.0 * math.ceil(dims / FP8_BLOCK)
+
+
+@dataclass(frozen=True, slots=True)
+class KVComponent:
+    """Per request and per GPU: `min(ctx / ratio, cap)` KV entries read per decode step, each costing `time_s`
+    (roofline of its bytes and FLOPs), and `flops` per query token in prefill. (What the pool *holds* - all C4
+    entries, not the top-k read - comes from `perfmodel.cost.memory.rollout`.)"""
+
+    ratio: float
+    cap: float  # entries read per decode step saturate here (math.inf when unbounded)
+    time_s: float  # summed over the layers that share (ratio, cap)
+    flops: float
+    label: str
+
+
+class EngineCost:
+    """Per-GPU cost of one engine (scheduler) forward. Built once per scenario; `decode_base(B)` is cached."""
+
+    def __init__(self, scn: Scenario, params: RolloutParams | None = None) -> None:
+        self.params = p = params or RolloutParams()
+        self.hw = hw = scn.hardware
+        self.model = m = scn.model
+        rl = rl_section(scn)
+        ro = rl.rollout
+        self.geo = g = engine_geometry(scn, p)
+        self.precision = ro.precision
+        self.kv_dtype = ro.kv_cache_dtype or "bf16"  # SGLang kv_cache_dtype auto = the activation dtype (BF16)
+        self.bw = hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency
+        gemm_dtype = "fp8" if ro.precision == "fp8" else "bf16"
+        # DECODE_GEMM_CURVE off: the profile's large-GEMM rate, no shape factor (the kernel floor prices launches)
+        self.peak_gemm = gemm_rate(hw, gemm_dtype, None, shape_factor=False)
+        # attention math runs in BF16, flash-style, below the GEMM rate (perfmodel.cost.compute)
+        self.peak_attn = gemm_rate(hw, "bf16", None, shape_factor=False) * ATTENTION_FWD_REL_EFFICIENCY
+        # engine groups on consecutive GPUs: attention TP, the whole engine (MoE all-reduce), EP (stride moe_tp)
+        self.attn_group = placement_from_stride(hw, g.attn_tp, 1)
+        self.unit_group = placement_from_stride(hw, g.unit_gpus, 1)
+        self.ep_group = placement_from_stride(hw, g.ep, g.moe_tp)
+        wq = _wbytes(ro.precision)
+        d = m.hidden_size
+
+        # Parameters by role. Quantized linears (attention projections, experts, shared experts, dense MLPs) are at
+        # the rollout precision; router and LM head BF16; mHC mixers and norms FP32/BF16 (as in the FP8 checkpoint).
+        r = params_by_role(m)
+        attn, shared, dense_mlp, router, small = r.attention, r.shared_experts, r.dense_mlp, r.router, r.small_bytes
+        expert_params = r.expert
+        self.n_moe, self.num_experts, self.top_k = r.moe_layers, r.num_experts, r.top_k
+        self.n_layers = len(m.layers)
+        head = m.vocab_size * d
+        u = g.unit_gpus
+        # Bytes every decode step reads per GPU, whatever the batch.
+        self.dense_bytes = (attn * wq / g.attn_tp + (shared + dense_mlp) * wq / u + router * 2.0
+                            + head * 2.0 / u + small)
+        self.dense_flops_per_token = 2.0 * (attn + shared + dense_mlp + router + head) / u
+        self.expert_bytes = expert_params * wq / u  # one expert's share on one GPU
+        self.expert_flops_per_token = 2.0 * self.top_k * expert_params * self.n_moe / u
+        mem = rollout_memory(scn)
+        self.weights_bytes_per_gpu = mem.weights_bytes
+        self.kv_bytes_per_token = mem.kv_bytes_per_token
+        self.kv_bytes_per_request_fixed = mem.kv_bytes_per_request_fixed
+        ds = m.layers[0].attention
+        self.kernels_per_layer = p.decode_kernels_per_layer or (
+            DSV4_DECODE_KERNELS_PER_LAYER if ds.kind == "dsv4"
+            else GQA_DENSE_DECODE_KERNELS_PER_LAYER + MLA_EXTRA_DECODE_KERNELS_PER_LAYER * (ds.kind == "mla")
+            + MOE_EXTRA_DECODE_KERNELS_PER_LAYER * (self.n_moe > 0))
+        self.components = self._kv_components()
+
+        pool = hw.hbm_bytes * ro.mem_fraction_static - self.weights_bytes_per_gpu
+        if pool <= 0:
+            raise InputError("", "rl.rollout.mem_fraction_static",
+                             f"the rollout weights ({self.weights_bytes_per_gpu / 2**30:.1f} GiB per GPU at "
+                             f"{ro.precision}) do not fit in {ro.mem_fraction_static} x {hw.hbm_bytes / 2**30:.0f} GiB;"
+                             " use more GPUs per engine or a larger mem_fraction_static")
+        self.kv_pool_bytes = pool * g.attn_dp  # per unit, in per-GPU footprint units (one pool per attention rank)
+        self.max_total_tokens = ro.max_total_tokens or math.inf
+        self.max_running = ro.max_running_requests or SGLANG_DEFAULT_MAX_RUNNING_REQUESTS * g.attn_dp
+        self._base_cache: dict[int, float] = {}
+
+    # -- KV layout ------------------------------------------------------------------------------------------------
+    def _kv_components(self) -> tuple[KVComponent, ...]:
+        g, kvd = self.geo, self.kv_dtype
+        acc: dict[tuple[float, float, str], list[float]] = {}
+
+        def add(ratio: float, cap: float, bytes_: float, flops: float, label: str) -> None:
+            t = max(bytes_ / self.bw, flops / self.peak_attn) / g.attn_dp  # balanced over attention ranks
+            slot = acc.setdefault((ratio, cap, label), [0.0, 0.0])
+            slot[0] += t
+            slot[1] += flops / g.attn_dp
+
+        for layer in self.model.layers:
+            a = layer.attention
+            hpr = a.num_heads / g.attn_tp  # query heads per GPU
+            if a.kind == "dsv4":
+                rope = a.qk_rope_head_dim
+                e = _latent_entry_bytes(a.head_dim - rope, rope, kvd)
+                fl = 4.0 * hpr * a.head_dim  # QK and PV over the 512-dim latent
+                add(1.0, float(a.sliding_window), e, fl, "swa")
+                if a.compress_ratio == 4:
+                    add(4.0, float(a.index_topk), e, fl, "c4")  # reads the top-k of the ctx/4 entries
+                    # Lightning indexer: one FP8 key of index_head_dim (+ FP32 scale) per compressed entry, scored by
+                    # all index heads (kept whole on every TP rank).
+                    ie = a.index_head_dim * _kv_elem_bytes(kvd) + (4.0 if kvd == "fp8" else 0.0)
+                    add(4.0, math.inf, ie, 2.0 * a.index_n_heads * a.index_head_dim, "c4-indexer")
+                elif a.compress_ratio:
+                    add(float(a.compress_ratio), math.inf, e, fl, f"c{a.compress_ratio}")
+            elif a.kind == "mla":
+                c, rope = a.kv_lora_rank, a.qk_rope_head_dim
+                e = _latent_entry_bytes(c, rope, kvd)
+                add(1.0, math.inf, e, 2.0 * hpr * (c + rope + c), "mla")
+            else:
+                kv_per_gpu = max(1.0, a.num_kv_heads / g.attn_tp)
+                e = 2.0 * a.head_dim * kv_per_gpu * _kv_elem_bytes(kvd)
+                cap = float(a.sliding_window) if a.sliding_window else math.inf
+                add(1.0, cap, e, 4.0 * hpr * a.head_dim, "swa" if a.sliding_window else "full")
+        return tuple(KVComponent(r, c, v[0], v[1], lab) for (r, c, lab), v in acc.items())
+
+    def kv_bytes(self, ctx: float) -> float:
+        """KV pool bytes (per GPU of its attention rank) a request of `ctx` tokens holds (perfmodel.cost.memory.rollout)."""
+        return self.kv_bytes_per_request_fixed + self.kv_bytes_per_token * ctx
+
+    def attn_time(self, ctx: float) -> float:
+        """Decode attention time of one request at context `ctx` (per GPU, balanced over attention ranks)."""
+        return sum(c.time_s * min(ctx / c.ratio, c.cap) for c in self.components)
+
+    def comm_s(self, tokens: float) -> float:
+        """Per forward: TP all-reduce of the attention output per layer; per MoE layer either the TP all-reduce of
+        SGLang's EP MoE output or a dispatch (FP8) + combine (BF16) all-to-all over the EP group."""
+        g, d, hw = self.geo, self.model.hidden_size, self.hw
+        t_rank = tokens / g.attn_dp
+        ar_attn = all_reduce_s(hw, t_rank * d * 2.0, self.attn_group)
+        t = self.n_layers * ar_attn + (self.n_layers - self.n_moe) * ar_attn  # + dense-FFN layers' all-reduce
+        if self.n_moe:
+            if g.moe_all_to_all:  # FP8 dispatch, BF16 combine of this GPU's share of the tokens
+                share = tokens / g.unit_gpus
+                t += self.n_moe * sum(
+                    dispatch_s(hw, Dispatch(share, d, self.top_k, self.num_experts, elem, ROLLOUT_DEDUP_DISPATCH),
+                               self.ep_group) for elem in (1.0, 2.0))
+            else:
+                t += self.n_moe * all_reduce_s(hw, tokens * d * 2.0, self.unit_group)
+        return t
+
+    # -- forward costs --------------------------------------------------------------------------------------------
+    def experts_hit(self, tokens: float) -> float:
+        """Expected distinct experts hit per MoE layer when `tokens` tokens each route top-k of E (uniform)."""
+        e, k = self.num_experts, self.top_k
+        if not e:
+            return 0.0
+        return e * (1.0 - (1.0 - k / e) ** tokens)
+
+    def gemm_s(self, tokens: float) -> float:
+        """Dense and routed-expert GEMMs of one forward over `tokens` tokens (weights read once)."""
+        t = max(self.dense_bytes / self.bw, tokens * self.dense_flops_per_token / self.peak_gemm)
+        if self.n_moe:
+            hit_bytes = self.experts_hit(tokens) * self.n_moe * self.expert_bytes
+            t += max(hit_bytes / self.bw, tokens * self.expert_flops_per_token / self.peak_gemm)
+        return t
+
+    def floor_s(self) -> float:
+        return self.kernels_per_layer * self.n_layers * self.params.kernel_floor_s
+
+    def decode_base(self, batch: int) -> float:
+        """Decode step time without the KV term, for `batch` running requests."""
+        t = self._base_cache.get(batch)
+        if t is None:
+            t = self.gemm_s(batch) + self.comm_s(batch) + self.floor_s() + self.params.decode_host_overhead_s
+            self._base_cache[batch] = t
+        return t
+
+    def prefill_s(self, prompts: list[int]) -> float:
+        """Prefill of the admitted prompts, in chunks of `chunked_prefill_tokens` (each a full forward)."""
+        total = sum(prompts)
+        if total <= 0:
+            return 0.0
+        chunk = max(1, self.params.chunked_prefill_tokens)
+        t = 0.0
+        left = total
+        while left > 0:
+            n = min(chunk, left)
+            t += self.gemm_s(n) + self.comm_s(n) + self.floor_s() + self.params.prefill_host_overhead_s
+            left -= n
+        # Causal attention over the prompt: sum_{x=1..p} min(x / r, cap) entries per component, compute-bound.
+        flops = 0.0
+        counts = Counter(prompts)
+        for c in self.components:
+            for p_, mult in counts.items():
+                if math.isinf(c.cap):
+                    flops += mult * c.flops * (p_ * (p_ + 1) / 2.0) / c.ratio
+                else:
+                    xs = min(p_, int(c.ratio * c.cap))
+                    flops += mult * c.flops * ((xs * (xs + 1) / 2.0) / c.ratio + (p_ - xs) * c.cap)
+        return t + flops / self.peak_attn
+
+    def step_breakdown(self, batch: int, ctx: float) -> dict[str, float]:
+        """One decode step of `batch` requests all at context `ctx`, by part (seconds)."""
+        dense = max(self.dense_bytes / self.bw, batch * self.dense_flops_per_token / self.peak_gemm)
+        experts = self.gemm_s(batch) - dense
+        out = {
+            "dense_gemm_s": dense,
+            "expert_gemm_s": experts,
+            "kv_attention_s": batch * self.attn_time(ctx),
+            "comm_s": self.comm_s(batch),
+            "kernel_floor_s": self.floor_s(),
+            "host_s": self.params.decode_host_overhead_s,
+            "experts_hit_per_layer": self.experts_hit(batch),
+        }
+        out["total_s"] = sum(v for k, v in out.items() if k.endswith("_s"))
+        return out
+
+
+def decode_step_time_s(scn: Scenario, batch: int, context_tokens: float,
+                       params: RolloutParams | None = None) -> dict[str, float]:
+    """Breakdown of one decode step of `batch` requests at `context_tokens` each, on one rollout engine."""
+    return EngineCost(scn, params).step_breakdown(batch, context_tokens)
