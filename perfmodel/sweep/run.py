@@ -65,7 +65,8 @@ def _init_worker(hw: HardwareProfile, model: ModelSpec) -> None:
 
 def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec) -> dict[str, Any]:
     """Prune or simulate one candidate; returns the result columns of its CSV row."""
-    from perfmodel.memory import rollout_memory, training_memory
+    from perfmodel.cost.memory.rollout import rollout_memory
+    from perfmodel.cost.memory.training import training_memory
     from perfmodel.predict import simulate_scenario
     from perfmodel.inputs.run import RunSpec
     from perfmodel.inputs.scenario import build_scenario
