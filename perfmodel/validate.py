@@ -8,6 +8,7 @@ from pathlib import Path
 from perfmodel.calibration import apply_calibration_file
 from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import HardwareProfile
+from perfmodel.memo import Memo
 from perfmodel.predict import predict_metrics
 from perfmodel.inputs.case import ValidationCase, case_paths, load_case
 from perfmodel.inputs.scenario import build_scenario
@@ -23,12 +24,13 @@ class CaseResult:
     split_note: str = ""
 
 
-def score_case(case: ValidationCase, path: str, hardware: HardwareProfile | None = None) -> CaseResult:
+def score_case(case: ValidationCase, path: str, hardware: HardwareProfile | None = None,
+               memo: Memo | None = None) -> CaseResult:
     res = CaseResult(case.id, case.kind, path)
     try:
         scenario = build_scenario(case, source=path, hardware=hardware)
         res.split_note = scenario.split_note
-        predicted = predict_metrics(scenario)
+        predicted = predict_metrics(scenario, memo)
     except InputError as err:
         res.failed_reason = str(err)
     except (ArithmeticError, ValueError, KeyError, IndexError, TypeError) as err:
@@ -77,7 +79,8 @@ def run_validation(paths: list[str], calibrations: list[str] | None = None) -> d
     for cal in calibrations or []:
         hw = apply_calibration_file(cal)
         overlays[hw.id] = hw
-    results = [score_case(c, p, overlays.get(c.hardware)) for c, p in cases]
+    memo = Memo()  # cases share what they price alike (hash-routing tables, layer costs of one hardware)
+    results = [score_case(c, p, overlays.get(c.hardware), memo) for c, p in cases]
     rows = [r for res in results for r in res.rows]
     summary = _stats(rows)
     summary["cases"] = len(results)

@@ -14,21 +14,24 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from perfmodel.report.sweep_data import TraceData
+from perfmodel.results import BREAKDOWN, breakdown_column
 
 GB = 1e9
 
-# (column, legend name, colour): the RL step breakdown, in the order the parts happen.
-BREAKDOWN_PARTS = (
-    ("bd_rollout_s", "rollout", "#4C78A8"),
-    ("bd_log_probs_s", "log-probs", "#72B7B2"),
-    ("bd_train_compute_s", "train compute", "#54A24B"),
-    ("bd_bubble_s", "pipeline bubble", "#EECA3B"),
-    ("bd_exposed_a2a_s", "exposed all-to-all", "#F58518"),
-    ("bd_other_comm_s", "other comm", "#FF9DA6"),
-    ("bd_weight_sync_s", "weight sync", "#B279A2"),
-    ("bd_offload_s", "offload", "#9D755D"),
-    ("bd_other_s", "other", "#BAB0AC"),
-)
+# Legend name and colour of each RL step part (perfmodel.results.BREAKDOWN, in the order the parts happen).
+_BREAKDOWN_STYLE = {
+    "rollout": ("rollout", "#4C78A8"),
+    "log_probs": ("log-probs", "#72B7B2"),
+    "train_compute": ("train compute", "#54A24B"),
+    "bubble": ("pipeline bubble", "#EECA3B"),
+    "exposed_a2a": ("exposed all-to-all", "#F58518"),
+    "other_comm": ("other comm", "#FF9DA6"),
+    "weight_sync": ("weight sync", "#B279A2"),
+    "offload": ("offload", "#9D755D"),
+    "other": ("other", "#BAB0AC"),
+}
+# (column, legend name, colour)
+BREAKDOWN_PARTS = tuple((breakdown_column(p), *_BREAKDOWN_STYLE[p]) for p in BREAKDOWN)
 MEMORY_PARTS = (
     ("mem_train_weights_bytes", "weights", "#4C78A8"),
     ("mem_train_grads_bytes", "gradients", "#72B7B2"),

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import InputError
+from perfmodel.results import BREAKDOWN_COLUMNS
 
 # The candidates.csv contract written by `perfmodel sweep`. Every column is required; an extra column is an error
 # (it means the writer and the report disagree and a figure might silently miss data). Update this list when the
@@ -24,8 +25,6 @@ INT_COLUMNS = ("index", "nodes", "gpus", "actor_gpus", "rollout_gpus", "tp", "pp
                "engine_gpus", "engine_tp", "engine_ep", "engine_dp", "rank")
 BOOL_COLUMNS = ("async", "dp_attention")
 STR_COLUMNS = ("label", "placement", "schedule", "recompute", "moe_dispatcher", "status", "reason")
-BREAKDOWN_COLUMNS = ("bd_rollout_s", "bd_log_probs_s", "bd_train_compute_s", "bd_bubble_s", "bd_exposed_a2a_s",
-                     "bd_other_comm_s", "bd_weight_sync_s", "bd_offload_s", "bd_other_s")
 MEMORY_PART_COLUMNS = ("mem_train_weights_bytes", "mem_train_grads_bytes", "mem_train_optimizer_bytes",
                        "mem_train_activations_bytes", "mem_train_other_bytes")
 FLOAT_COLUMNS = ("offload", "objective_value", "step_time_s", "rollout_time_s", "log_probs_time_s", "train_time_s",
@@ -36,7 +35,7 @@ COLUMNS = (*INT_COLUMNS, *BOOL_COLUMNS, *STR_COLUMNS, *FLOAT_COLUMNS)
 # Columns added after the first release: a CSV written before them still loads, with this value.
 OPTIONAL_COLUMNS = {"moe_dispatcher": "alltoall"}
 NOT_EMPTY = ("index", "nodes", "gpus", "label", "status")  # every row has these
-STATUSES = ("ok", "pruned", "failed")
+STATUSES = ("ok", "pruned", "invalid", "failed")  # invalid: simulated to an impossible result, refused
 PLACEMENTS = ("colocated", "disaggregated", "")  # "" for a pretraining sweep (no RL)
 OBJECTIVES = ("step_time", "tokens_per_gpu", "cost")
 

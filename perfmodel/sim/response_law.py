@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -97,7 +96,6 @@ def _ndtri(u: np.ndarray) -> np.ndarray:
     return out
 
 
-@lru_cache(maxsize=256)
 def _law(rt: ResponseTokens, sigma_default: float) -> ResponseLaw:
     cap = float(rt.max)
     if rt.histogram is not None:

@@ -23,9 +23,9 @@ from perfmodel.sim.pipeline import pipeline_spans
 from perfmodel.trace import Span
 from perfmodel.cost.serve.weight_update import WeightUpdateResult, weight_update_time
 from perfmodel.inputs.scenario import Scenario
+from perfmodel.memo import Memo
+from perfmodel.results import BREAKDOWN, EP_COMM, training_parts
 
-BREAKDOWN_KEYS = ("rollout", "log_probs", "train_compute", "bubble", "exposed_a2a", "other_comm", "weight_sync",
-                  "offload", "other")
 
 
 @dataclass(slots=True)
@@ -169,33 +169,21 @@ def _key(*parts: Any) -> str:
     return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-_TRAIN_MEMO: dict[str, TrainSide] = {}
-_ROLLOUT_MEMO: dict[str, RolloutResult] = {}
-_WU_MEMO: dict[str, WeightUpdateResult] = {}
-_MEMO_LIMIT = 4096
-
-
-def _remember(memo: dict, key: str, value: Any) -> Any:
-    if len(memo) >= _MEMO_LIMIT:
-        memo.clear()
-    memo[key] = value
-    return value
-
-
-def clear_memos() -> None:
-    _TRAIN_MEMO.clear()
-    _ROLLOUT_MEMO.clear()
-    _WU_MEMO.clear()
-
-
-def simulate_train_side(scn: Scenario, lengths: list[int], record_trace: bool = False) -> TrainSide:
+def simulate_train_side(scn: Scenario, lengths: list[int], record_trace: bool = False,
+                        memo: Memo | None = None) -> TrainSide:
     run = scn.run
     rl = run.rl
     t = run.train
     key = _key("train", scn.hardware.calibration_params(), scn.model.id, scn.model.family, run.gpus,
                t.model_dump(), rl.algorithm, rl.log_probs.ref_model, rl.actor_gpus, lengths)
-    if not record_trace and key in _TRAIN_MEMO:
-        return _TRAIN_MEMO[key]
+    memo = memo if memo is not None else Memo()
+    if record_trace:
+        return _train_side(scn, lengths, True, memo)
+    return memo.get("rl_train_side", key, lambda: _train_side(scn, lengths, False, memo))
+
+
+def _train_side(scn: Scenario, lengths: list[int], record_trace: bool, memo: Memo) -> TrainSide:
+    rl, t = scn.run.rl, scn.run.train
     budget = t.max_tokens_per_gpu * t.layout.cp if t.max_tokens_per_gpu else None
     sched, group = scn.schedule, t.microbatch_group_size_per_vp_stage
 
@@ -207,42 +195,43 @@ def simulate_train_side(scn: Scenario, lengths: list[int], record_trace: bool = 
     # Log-probs (and the reference pass) run once over the whole rollout; training then takes
     # samples / global_batch optimizer steps (Miles --num-steps-per-rollout, NeMo-RL train_global_batch_size),
     # each on an interleaved share of the samples so the shares see the same length mix.
-    log_probs = simulate_train_step(scn, mbs, forward_only=True)
-    ref = simulate_train_step(scn, mbs, forward_only=True) if rl.log_probs.ref_model else None
+    log_probs = simulate_train_step(scn, mbs, forward_only=True, memo=memo)
+    ref = simulate_train_step(scn, mbs, forward_only=True, memo=memo) if rl.log_probs.ref_model else None
     steps = optimizer_steps_per_rollout(len(lengths), t.global_batch)
     shares = [mbs] if steps == 1 else [
         pack(lengths[i::steps]) for i in range(steps)]
     train = TrainStepResult.consecutive(
-        [simulate_train_step(scn, share, record_trace=record_trace) for share in shares])
+        [simulate_train_step(scn, share, record_trace=record_trace, memo=memo) for share in shares])
     critic = None
     if rl.algorithm == "ppo":  # the critic (same shape as the actor in Miles' PPO) computes values and trains
-        critic = TrainStepResult.consecutive([simulate_train_step(scn, share) for share in shares])
+        critic = TrainStepResult.consecutive([simulate_train_step(scn, share, memo=memo) for share in shares])
     side = TrainSide(log_probs, ref, train, critic, len(mbs), sum(lengths))
-    return side if record_trace else _remember(_TRAIN_MEMO, key, side)
+    return side
 
 
-def simulate_rollout_side(scn: Scenario, seed: int = 0) -> RolloutResult:
+def simulate_rollout_side(scn: Scenario, seed: int = 0, memo: Memo | None = None) -> RolloutResult:
     rl = scn.run.rl
     key = _key("rollout", scn.hardware.calibration_params(), scn.model.id, scn.model.family, rl.model_dump(),
                seed)
-    if key in _ROLLOUT_MEMO:
-        return _ROLLOUT_MEMO[key]
-    return _remember(_ROLLOUT_MEMO, key, simulate_rollout(scn, seed=seed))
+    memo = memo if memo is not None else Memo()
+    return memo.get("rl_rollout", key, lambda: simulate_rollout(scn, seed=seed))
 
 
-def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False) -> RLStepResult:
+def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
+                     memo: Memo | None = None) -> RLStepResult:
     run = scn.run
     rl = run.rl
     t = run.train
     assert rl is not None
-    rollout = simulate_rollout_side(scn, seed)
+    memo = memo if memo is not None else Memo()
+    rollout = simulate_rollout_side(scn, seed, memo)
     # Training sees exactly the samples the rollout produced: prompt + response tokens each.
     prompt = int(round(rl.prompt_tokens_mean))
     lengths = [prompt + int(r) for r in rollout.response_lengths]
-    side = simulate_train_side(scn, lengths, record_trace=record_trace)
+    side = simulate_train_side(scn, lengths, record_trace=record_trace, memo=memo)
     wu_key = _key("wu", scn.hardware.calibration_params(), scn.model.id, scn.model.family, run.gpus,
                   t.layout.model_dump(), t.pipeline_layers, rl.model_dump())
-    wu = _WU_MEMO.get(wu_key) or _remember(_WU_MEMO, wu_key, weight_update_time(scn))
+    wu = memo.get("rl_weight_update", wu_key, lambda: weight_update_time(scn))
     colocated = rl.placement == "colocated"
     offload = wu.after_rollout_s if colocated else 0.0
 
@@ -261,19 +250,11 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False) -
     else:
         step = rollout.rollout_time_s + train_path + wu.total_s + offload
         exposed_rollout = rollout.rollout_time_s
-    bd = {k: 0.0 for k in BREAKDOWN_KEYS}
+    bd = {k: 0.0 for k in BREAKDOWN}
     bd["rollout"] = exposed_rollout
     bd["log_probs"] = side.log_probs_time_s + side.ref_log_probs_time_s
     tb = side.train.breakdown_s
-    for k, v in tb.items():
-        if k == "bubble":
-            bd["bubble"] += v
-        elif k == "comm:ep_a2a":
-            bd["exposed_a2a"] += v
-        elif k.startswith("comm:"):
-            bd["other_comm"] += v
-        else:
-            bd["train_compute"] += v
+    bd |= training_parts(tb)
     if side.critic is not None:
         bd["train_compute"] += side.critic.step_time_s
     bd["weight_sync"] = wu.total_s
@@ -283,7 +264,7 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False) -
     actor, rollout_gpus = rl.actor_gpus, rl.rollout_gpus
     idle = {
         "pipeline_bubble": tb.get("bubble", 0.0) * actor,
-        "all_to_all_stall": tb.get("comm:ep_a2a", 0.0) * actor,
+        "all_to_all_stall": tb.get(f"comm:{EP_COMM}", 0.0) * actor,
         "rollout_tail": rollout.idle_tail_gpu_s,
         "weight_sync": wu.total_s * run.gpus,
         "offload": offload * run.gpus,

@@ -14,8 +14,9 @@ from perfmodel.sim.invariants import check_train_step
 from perfmodel.sim.pipeline import OpTimes, PipelineResult, TraceEvent, run_pipeline
 from perfmodel.sim.schedules import ForwardOnly, Schedule, make_schedule
 from perfmodel.inputs.scenario import Scenario
+from perfmodel.memo import Memo
+from perfmodel.results import EP_COMM
 
-EP_COMM = "ep_a2a"
 
 
 @dataclass(slots=True)
@@ -135,6 +136,7 @@ def simulate_train_step(
     forward_only: bool = False,
     record_trace: bool = False,
     include_optimizer: bool = True,
+    memo: Memo | None = None,
 ) -> TrainStepResult:
     """Simulate one step. `microbatches` lists (tokens, seq_len) per micro-batch of one DP rank (RL packs
     variable-length samples by max_tokens_per_gpu); default: the fixed micro-batches of the scenario."""
@@ -153,7 +155,7 @@ def simulate_train_step(
             # Packed micro-batches all differ a little: price a token count on a 1/32-octave grid and scale
             # linearly (below 1.6% error, unbiased) instead of pricing every distinct count.
             q_tokens, q_seq = _quantize(tokens), _quantize(seq)
-            c = scale_chunk_cost(chunk_cost(scn, vs, q_tokens, q_seq), tokens / q_tokens)
+            c = scale_chunk_cost(chunk_cost(scn, vs, q_tokens, q_seq, memo=memo), tokens / q_tokens)
             costs[key] = c
         return c
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from perfmodel import __version__
 from perfmodel.errors import InputError
+from perfmodel.memo import Memo
+from perfmodel.results import BREAKDOWN_COLUMNS, breakdown_column, training_parts
 from perfmodel.sim.invariants import PhysicsError
 from perfmodel.sim.pipeline import PipelineStall
 from perfmodel.sim.schedules import ScheduleError
@@ -28,9 +30,8 @@ ROW_FIELDS = [
     "index", "nodes", "gpus", "label", "placement", "actor_gpus", "rollout_gpus", "async", "tp", "pp", "cp", "ep",
     "etp", "vpp", "schedule", "recompute", "offload", "moe_dispatcher", "engine_gpus", "engine_tp", "engine_ep",
     "engine_dp", "dp_attention", "status", "reason", "rank", "objective_value", "step_time_s", "rollout_time_s",
-    "log_probs_time_s", "train_time_s", "weight_update_time_s", "offload_time_s", "bd_rollout_s", "bd_log_probs_s",
-    "bd_train_compute_s", "bd_bubble_s", "bd_exposed_a2a_s", "bd_other_comm_s", "bd_weight_sync_s", "bd_offload_s",
-    "bd_other_s", "tokens_per_s_per_gpu", "gpu_hours_per_step", "mem_train_bytes", "mem_train_capacity_bytes",
+    "log_probs_time_s", "train_time_s", "weight_update_time_s", "offload_time_s", *BREAKDOWN_COLUMNS,
+    "tokens_per_s_per_gpu", "gpu_hours_per_step", "mem_train_bytes", "mem_train_capacity_bytes",
     "mem_rollout_bytes", "mem_rollout_capacity_bytes", "mem_train_weights_bytes", "mem_train_grads_bytes",
     "mem_train_optimizer_bytes", "mem_train_activations_bytes", "mem_train_other_bytes",
 ]
@@ -54,17 +55,28 @@ def describe_candidate(c: Candidate) -> dict[str, Any]:
     }
 
 
-# Per-process state for workers (the hardware and model are loaded once per process).
-_CTX: dict[str, Any] = {}
-_MEM_MEMO: dict[tuple, Any] = {}  # hw and model objects live as long as the process's sweep
+@dataclass(slots=True)
+class _Worker:
+    """What one worker process keeps for the sweep it serves: the hardware and model it was started with and the
+    memo its candidates share. ProcessPoolExecutor's initializer hands them over once per process, which is why
+    this one object is the module's state (set by `_init_worker`, read by `_evaluate_chunk`)."""
+
+    hw: HardwareProfile
+    model: ModelSpec
+    memo: Memo
+
+
+_WORKER: list[_Worker] = []
 
 
 def _init_worker(hw: HardwareProfile, model: ModelSpec) -> None:
-    _CTX["hw"], _CTX["model"] = hw, model
+    _WORKER[:] = [_Worker(hw, model, Memo())]
 
 
-def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec) -> dict[str, Any]:
-    """Prune or simulate one candidate; returns the result columns of its CSV row."""
+def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec,
+                 memo: Memo | None = None) -> dict[str, Any]:
+    """Prune or simulate one candidate; returns the result columns of its CSV row. `memo`: shared by the
+    candidates of one worker (memory of identical training sides, chunk costs, rollouts)."""
     from perfmodel.cost.memory.rollout import rollout_memory
     from perfmodel.cost.memory.training import training_memory
     from perfmodel.predict import simulate_scenario
@@ -77,10 +89,11 @@ def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec
         return {"status": "pruned", "reason": f"layout: {err.field}: {err.message}"}
     except ValueError as err:  # pydantic, for values the enumeration should not produce
         return {"status": "pruned", "reason": f"invalid: {' '.join(str(err).split())[:160]}"}
-    mem_key = (id(hw), id(model), scn.run.kind, scn.run.train, scn.run.train_gpus)
-    mem = _MEM_MEMO.get(mem_key)
-    if mem is None:  # candidates that differ only on the rollout side share the training memory
-        mem = _MEM_MEMO[mem_key] = training_memory(scn)
+    memo = memo if memo is not None else Memo()
+    # candidates that differ only on the rollout side share the training memory (hw and model live as long as
+    # the memo: they key by identity)
+    mem = memo.get("train_memory", (id(hw), id(model), scn.run.kind, scn.run.train, scn.run.train_gpus),
+                   lambda: training_memory(scn))
     row: dict[str, Any] = {"mem_train_bytes": mem.total_bytes, "mem_train_capacity_bytes": mem.capacity_bytes,
                            "mem_train_weights_bytes": mem.weights_bytes, "mem_train_grads_bytes": mem.grads_bytes,
                            "mem_train_optimizer_bytes": mem.optimizer_bytes,
@@ -91,15 +104,13 @@ def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec
         return row | {"status": "pruned", "reason": f"training memory {mem.total_bytes / 1e9:.0f} GB > "
                       f"{mem.capacity_bytes / 1e9:.0f} GB per GPU"}
     if scn.run.rl is not None:
-        rkey = (id(hw), id(model), scn.run.rl.rollout, scn.run.rl.rollout_gpus)
-        rmem = _MEM_MEMO.get(rkey)
-        if rmem is None:
-            rmem = _MEM_MEMO[rkey] = rollout_memory(scn)
+        rmem = memo.get("rollout_memory", (id(hw), id(model), scn.run.rl.rollout, scn.run.rl.rollout_gpus),
+                        lambda: rollout_memory(scn))
         row |= {"mem_rollout_bytes": rmem.total_bytes, "mem_rollout_capacity_bytes": rmem.capacity_bytes}
         if not rmem.fits:
             return row | {"status": "pruned", "reason": f"rollout memory: {rmem.summary()}"}
     try:
-        res = simulate_scenario(scn, memory=mem)
+        res = simulate_scenario(scn, memory=mem, memo=memo)
     except InputError as err:
         return row | {"status": "pruned", "reason": f"{err.field}: {err.message}"}
     except ScheduleError as err:
@@ -116,18 +127,16 @@ def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec
         row |= {"rollout_time_s": ph["rollout"], "log_probs_time_s": ph["log_probs"] + ph.get("ref_log_probs", 0.0),
                 "train_time_s": ph["train"], "weight_update_time_s": ph["weight_update"],
                 "offload_time_s": res.rl.offload_s}
-        row |= {f"bd_{k}_s": v for k, v in res.rl.breakdown_s.items()}
+        row |= {breakdown_column(k): v for k, v in res.rl.breakdown_s.items()}
     else:
-        bd = res.train.breakdown_s
-        row |= {"train_time_s": res.step_time_s, "bd_bubble_s": bd.get("bubble", 0.0),
-                "bd_exposed_a2a_s": bd.get("comm:ep_a2a", 0.0),
-                "bd_other_comm_s": sum(v for k, v in bd.items() if k.startswith("comm:") and k != "comm:ep_a2a"),
-                "bd_train_compute_s": sum(v for k, v in bd.items() if not k.startswith("comm:") and k != "bubble")}
+        row |= {"train_time_s": res.step_time_s}
+        row |= {breakdown_column(k): v for k, v in training_parts(res.train.breakdown_s).items()}
     return row
 
 
 def _evaluate_chunk(items: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
-    return [(i, evaluate_run(run, _CTX["hw"], _CTX["model"])) for i, run in items]
+    w = _WORKER[0]
+    return [(i, evaluate_run(run, w.hw, w.model, w.memo)) for i, run in items]
 
 
 @dataclass(slots=True)

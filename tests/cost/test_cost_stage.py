@@ -6,6 +6,7 @@ import copy
 
 import pytest
 
+from perfmodel.memo import Memo
 from perfmodel.cost import ChunkCost, chunk_cost, dp_grad_sync_s, model_flops_per_token, optimizer_step_s, p2p_time_s
 from perfmodel.cost.train.moe import MoEAssumptions
 from perfmodel.cost.train.stage import optimizer_params_per_gpu
@@ -32,7 +33,8 @@ def _tokens(scn) -> int:
 
 
 def test_chunk_cost_fields(llama70b):
-    c = chunk_cost(llama70b, 3, _tokens(llama70b), llama70b.train.seq_len)
+    memo = Memo()
+    c = chunk_cost(llama70b, 3, _tokens(llama70b), llama70b.train.seq_len, memo=memo)
     assert isinstance(c, ChunkCost)
     assert c.fwd_compute_s > 0 and c.bwd_input_s > 0 and c.bwd_weight_s > 0
     assert c.recompute_s == 0.0  # recompute: none
@@ -41,7 +43,8 @@ def test_chunk_cost_fields(llama70b):
     # backward ~ 2 x forward (attention 2.5 x), W about the GEMM half
     total_bwd = c.bwd_input_s + c.bwd_weight_s
     assert 1.6 * c.fwd_compute_s < total_bwd < 3.0 * c.fwd_compute_s
-    assert chunk_cost(llama70b, 3, _tokens(llama70b), llama70b.train.seq_len) is c  # cached
+    assert chunk_cost(llama70b, 3, _tokens(llama70b), llama70b.train.seq_len, memo=memo) is c  # the caller's memo
+    assert chunk_cost(llama70b, 3, _tokens(llama70b), llama70b.train.seq_len) == c  # a fresh one: same numbers
 
 
 def test_first_and_last_virtual_stage(llama70b):

@@ -7,10 +7,6 @@ See `layers.py` for the shared conventions (backward factors, sharding, recomput
 
 from __future__ import annotations
 
-from functools import lru_cache
-
-import numpy as np
-
 from perfmodel.cost.dtypes import dtype_bytes
 from perfmodel.cost.train.work import (
     ACT_BYTES,
@@ -30,20 +26,26 @@ from perfmodel.inputs.model import AttentionSpec
 # Keys per query
 
 
-@lru_cache(maxsize=256)
 def mean_keys_per_query(
     seq_len: int, window: int = 0, ratio: int = 0, topk: int = 0, include_window: bool = True
 ) -> float:
-    """Mean number of keys a causal query attends to, over positions 0..seq_len-1: min(i+1, window) raw keys
-    (all i+1 when window is 0) plus the compressed entries visible at i (floor((i+1)/ratio)), capped at topk
-    when the entries are selected sparsely. include_window=False counts only the compressed part."""
-    pos = np.arange(1, seq_len + 1, dtype=np.float64)
-    raw = np.minimum(pos, window) if window else pos
-    keys = raw if include_window else np.zeros_like(pos)
+    """Mean number of keys a causal query attends to, over positions p = 1..seq_len: min(p, window) raw keys
+    (all p when window is 0) plus the compressed entries visible at p (floor(p / ratio)), capped at topk when the
+    entries are selected sparsely. include_window=False counts only the compressed part. Closed-form integer
+    sums: exact, and no cache needed."""
+    n = int(seq_len)
+    total = 0
+    if include_window:
+        w = int(window)
+        total += n * (n + 1) // 2 if not w or n <= w else w * (w + 1) // 2 + (n - w) * w
     if ratio:
-        comp = np.floor(pos / ratio)
-        keys = keys + (np.minimum(comp, topk) if topk else comp)
-    return float(keys.mean())
+        r, k = int(ratio), int(topk)
+        q, rem = divmod(n, r)  # floor(p / r) = j for r of the p's each, j = 1..q-1; rem + 1 of them reach q
+        if not k or q <= k:
+            total += r * q * (q - 1) // 2 + q * (rem + 1)
+        else:  # entries beyond k are capped at k
+            total += r * k * (k - 1) // 2 + k * (n - k * r + 1)
+    return total / n
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -18,11 +18,11 @@ frequent ids land on; vary `seed` to see the spread).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
 from perfmodel.cost.dtypes import dtype_bytes
+from perfmodel.memo import Memo
 from perfmodel.inputs.model import FFNSpec
 
 DEFAULT_BALANCE_FACTOR = 1.0  # force-balanced benchmarks (hardware.md 3e, S17 page note)
@@ -53,8 +53,12 @@ class MoEAssumptions:
     dense_host_bwd_s: float = 139 * 7.53e-6
 
 
-@lru_cache(maxsize=16)
-def _hash_table(vocab: int, experts: int, top_k: int, seed: int) -> np.ndarray:
+def _hash_table(vocab: int, experts: int, top_k: int, seed: int, memo: Memo) -> np.ndarray:
+    return memo.get("moe_hash_table", (vocab, experts, top_k, seed),
+                    lambda: _build_hash_table(vocab, experts, top_k, seed))
+
+
+def _build_hash_table(vocab: int, experts: int, top_k: int, seed: int) -> np.ndarray:
     """[vocab, top_k] expert ids, distinct within a row, uniform; read-only. Rows with a repeated expert are
     redrawn (about 6% of rows for 6 of 256), column by column to stay vectorised."""
     if top_k > experts:
@@ -77,8 +81,11 @@ def _hash_table(vocab: int, experts: int, top_k: int, seed: int) -> np.ndarray:
     return table
 
 
-@lru_cache(maxsize=16)
-def _zipf(vocab: int, zipf_s: float) -> np.ndarray:
+def _zipf(vocab: int, zipf_s: float, memo: Memo) -> np.ndarray:
+    return memo.get("zipf", (vocab, zipf_s), lambda: _build_zipf(vocab, zipf_s))
+
+
+def _build_zipf(vocab: int, zipf_s: float) -> np.ndarray:
     """Probabilities of token frequency ranks 1..vocab."""
     p = np.arange(1, vocab + 1, dtype=np.float64) ** (-zipf_s)
     p /= p.sum()
@@ -86,11 +93,16 @@ def _zipf(vocab: int, zipf_s: float) -> np.ndarray:
     return p
 
 
-@lru_cache(maxsize=64)
-def _tail_load(vocab: int, experts: int, top_k: int, zipf_s: float, seed: int, head: int) -> np.ndarray:
+def _tail_load(vocab: int, experts: int, top_k: int, zipf_s: float, seed: int, head: int, memo: Memo) -> np.ndarray:
+    return memo.get("moe_tail_load", (vocab, experts, top_k, zipf_s, seed, head),
+                    lambda: _build_tail_load(vocab, experts, top_k, zipf_s, seed, head, memo))
+
+
+def _build_tail_load(vocab: int, experts: int, top_k: int, zipf_s: float, seed: int, head: int,
+                     memo: Memo) -> np.ndarray:
     """Expected per-expert assignments of one token drawn from the ids ranked below `head`."""
-    p = _zipf(vocab, zipf_s)
-    table = _hash_table(vocab, experts, top_k, seed)
+    p = _zipf(vocab, zipf_s, memo)
+    table = _hash_table(vocab, experts, top_k, seed, memo)
     out = np.zeros(experts)
     for j in range(top_k):
         out += np.bincount(table[head:, j], weights=p[head:], minlength=experts)
@@ -99,15 +111,16 @@ def _tail_load(vocab: int, experts: int, top_k: int, zipf_s: float, seed: int, h
 
 
 def hash_expert_load(vocab: int, experts: int, top_k: int, tokens: int, zipf_s: float = DEFAULT_ZIPF_S,
-                     seed: int = 0, sample: int = 0) -> np.ndarray:
+                     seed: int = 0, sample: int = 0, memo: Memo | None = None) -> np.ndarray:
     """Token-expert assignments per expert for batch `sample` of about `tokens` tokens drawn from Zipf(s)
     over the vocab (tokens <= 0: the expected load of one token), routed through the hash table.
 
     Counts are Poisson(tokens x p) per id (the large-vocabulary limit of the multinomial). The HEAD_IDS most
     frequent ids are drawn one by one; the many rare ids below them enter per expert in the normal limit of
     their summed Poisson counts, N(mu, mu), which keeps a batch to a few vectorised calls."""
-    p = _zipf(vocab, zipf_s)
-    table = _hash_table(vocab, experts, top_k, seed)
+    memo = memo if memo is not None else Memo()
+    p = _zipf(vocab, zipf_s, memo)
+    table = _hash_table(vocab, experts, top_k, seed, memo)
     if tokens <= 0:
         return np.bincount(table.ravel(), weights=np.repeat(p, top_k), minlength=experts)
     rng = np.random.default_rng((seed, sample))
@@ -115,35 +128,42 @@ def hash_expert_load(vocab: int, experts: int, top_k: int, tokens: int, zipf_s: 
     counts = rng.poisson(tokens * p[:head]).astype(np.float64)
     load = np.bincount(table[:head].ravel(), weights=np.repeat(counts, top_k), minlength=experts)
     if head < vocab:
-        mu = tokens * _tail_load(vocab, experts, top_k, zipf_s, seed, head)
+        mu = tokens * _tail_load(vocab, experts, top_k, zipf_s, seed, head, memo)
         load += np.maximum(0.0, rng.normal(mu, np.sqrt(mu)))
     return load
 
 
-@lru_cache(maxsize=1024)
 def hash_routing_imbalance(vocab: int, experts: int, top_k: int, ep: int, tokens: int,
-                           zipf_s: float = DEFAULT_ZIPF_S, seed: int = 0) -> float:
+                           zipf_s: float = DEFAULT_ZIPF_S, seed: int = 0, memo: Memo | None = None) -> float:
     """max/mean token-expert assignments over EP ranks (experts split contiguously, experts/ep per rank) for
     hash routing of Zipf-distributed tokens; `tokens` per batch in the EP group (<= 0: expected load)."""
     if ep <= 1:
         return 1.0
+    memo = memo if memo is not None else Memo()
+    return memo.get("hash_imbalance", (vocab, experts, top_k, ep, tokens, zipf_s, seed),
+                    lambda: _hash_imbalance(vocab, experts, top_k, ep, tokens, zipf_s, seed, memo))
+
+
+def _hash_imbalance(vocab: int, experts: int, top_k: int, ep: int, tokens: int, zipf_s: float, seed: int,
+                    memo: Memo) -> float:
     if experts % ep:
         raise ValueError(f"{experts} experts do not split over ep {ep}")
     ratios = []
     for i in range(1 if tokens <= 0 else HASH_SAMPLES):
-        load = hash_expert_load(vocab, experts, top_k, tokens, zipf_s, seed, i)
+        load = hash_expert_load(vocab, experts, top_k, tokens, zipf_s, seed, i, memo)
         per_rank = load.reshape(ep, experts // ep).sum(axis=1)
         ratios.append(per_rank.max() / per_rank.mean())
     return float(np.mean(ratios))
 
 
-def layer_imbalance(ffn: FFNSpec, vocab: int, ep: int, tokens_in_ep_group: float, a: MoEAssumptions) -> float:
+def layer_imbalance(ffn: FFNSpec, vocab: int, ep: int, tokens_in_ep_group: float, a: MoEAssumptions,
+                    memo: Memo | None = None) -> float:
     """max/mean load over EP ranks for one MoE layer (1 for ep == 1: one rank holds every expert)."""
     if ffn.kind != "moe" or ep <= 1:
         return 1.0
     if ffn.hash_routed:
         return hash_routing_imbalance(vocab, ffn.num_experts, ffn.top_k, ep, int(round(tokens_in_ep_group)),
-                                      a.zipf_s, a.seed)
+                                      a.zipf_s, a.seed, memo)
     return max(1.0, a.balance_factor)
 
 

@@ -38,6 +38,7 @@ from perfmodel.cost.train.layers import (
 from perfmodel.cost.train.moe import MoEAssumptions, layer_imbalance
 from perfmodel.cost.params import stage_params
 from perfmodel.inputs.hardware import HardwareProfile
+from perfmodel.memo import Memo
 from perfmodel.inputs.model import LayerSpec, ModelSpec
 from perfmodel.inputs.scenario import Scenario
 
@@ -184,97 +185,69 @@ def _freeze(v: Any) -> Any:
     return v
 
 
-_HW_KEYS: dict[int, tuple[HardwareProfile, tuple]] = {}
-
-
-def _hw_key(hw: HardwareProfile) -> tuple:
+def _hw_key(hw: HardwareProfile, memo: Memo) -> tuple:
     """Every number of the profile (calibration included), computed once per profile object."""
-    hit = _HW_KEYS.get(id(hw))
-    if hit is not None and hit[0] is hw:
-        return hit[1]
-    key = tuple(_freeze(getattr(hw, f.name)) for f in dataclasses.fields(hw) if f.name != "sources")
-    _HW_KEYS[id(hw)] = (hw, key)
-    return key
+    return memo.by_identity("hw_key", hw, lambda: tuple(
+        _freeze(getattr(hw, f.name)) for f in dataclasses.fields(hw) if f.name != "sources"))
 
 
-_TRAIN_KEYS: dict[int, tuple[Any, tuple]] = {}
-
-
-def _train_key(scn: Scenario) -> tuple:
+def _train_key(scn: Scenario, memo: Memo) -> tuple:
     """What of the scenario a chunk's cost depends on besides its layers (hashing the pydantic spec is slow, so
     the tuple is kept per spec object)."""
     t = scn.train
-    hit = _TRAIN_KEYS.get(id(t))
-    if hit is not None and hit[0] is t:
-        return hit[1]
     lay = t.layout
-    key = (t.precision, t.recompute, t.sequence_parallel, t.moe_dispatcher, t.attention_kernel, lay.tp, lay.cp,
-           lay.ep, lay.etp, lay.pp, lay.vpp, scn.dp, scn.run.gpus, scn.run.train_gpus)
-    if len(_TRAIN_KEYS) > 65536:
-        _TRAIN_KEYS.clear()
-    _TRAIN_KEYS[id(t)] = (t, key)
-    return key
+    return memo.by_identity("train_key", t, lambda: (
+        t.precision, t.recompute, t.sequence_parallel, t.moe_dispatcher, t.attention_kernel, lay.tp, lay.cp,
+        lay.ep, lay.etp, lay.pp, lay.vpp, scn.dp, scn.run.gpus, scn.run.train_gpus))
 
 
 def _model_key(m: ModelSpec) -> tuple:
     return (m.id, m.family, m.hidden_size, m.num_layers, m.vocab_size)
 
 
-_CHUNK_CACHE: dict[tuple, ChunkCost] = {}
-_CHUNK_CACHE_MAX = 4096
-
-
 def chunk_cost(scn: Scenario, virtual_stage: int, tokens: int, seq_len: int,
-               moe: MoEAssumptions | None = None) -> ChunkCost:
+               moe: MoEAssumptions | None = None, memo: Memo | None = None) -> ChunkCost:
     """tokens = tokens in this micro-batch over all CP ranks (micro_batch x seq_len for fixed batching);
     seq_len = the length of each of its sequences (attention cost ~ tokens x seq_len; for a packed batch of
     unequal sequences pass sum(s_i^2) / sum(s_i)). Virtual stage 0 includes the embedding, the last virtual
     stage the final norm, LM head, loss and MTP. `moe` carries the routing assumptions (balance factor, Zipf
-    exponent, seed, per-MoE-layer host overhead); results are cached by everything they depend on."""
+    exponent, seed, per-MoE-layer host overhead); `memo` (the caller's) reuses results by everything they
+    depend on."""
     moe = moe or MoEAssumptions()
+    memo = memo if memo is not None else Memo()
     layers = chunk_layers(scn, virtual_stage)
     first, last = virtual_stage == 0, virtual_stage == len(scn.stage_layers) - 1
     start = sum(scn.stage_layers[:virtual_stage])
-    key = (_hw_key(scn.hardware), _model_key(scn.model), _train_key(scn), start, len(layers), first, last,
-           float(tokens), seq_len, moe)
-    hit = _CHUNK_CACHE.get(key)
-    if hit is not None:
-        return hit
-    cost = _chunk_cost(scn, layers, first, last, tokens, seq_len, moe)
-    if len(_CHUNK_CACHE) >= _CHUNK_CACHE_MAX:
-        _CHUNK_CACHE.clear()
-    _CHUNK_CACHE[key] = cost
-    return cost
-
-
-_LAYER_CACHE: dict[tuple, tuple[_Times, float]] = {}
+    key = (_hw_key(scn.hardware, memo), _model_key(scn.model), _train_key(scn, memo), start, len(layers), first,
+           last, float(tokens), seq_len, moe)
+    return memo.get("chunk_cost", key, lambda: _chunk_cost(scn, layers, first, last, tokens, seq_len, moe, memo))
 
 
 def _layer_times(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, GroupPlacement], imbalance: float,
-                 moe: MoEAssumptions) -> tuple[_Times, float]:
+                 moe: MoEAssumptions, memo: Memo) -> tuple[_Times, float]:
     """Times and model FLOPs of one decoder layer, memoized by its shape (not its index): the stages of a
     model repeat a handful of layer kinds, so a sweep prices each kind once per shard."""
     m = scn.model
-    key = (_hw_key(scn.hardware), _model_key(m), dataclasses.replace(layer, index=0), s,
+    key = (_hw_key(scn.hardware, memo), _model_key(m), dataclasses.replace(layer, index=0), s,
            imbalance, moe, tuple(sorted((k, v.size, v.gpus_per_node_in_group) for k, v in places.items())))
-    hit = _LAYER_CACHE.get(key)
-    if hit is None:
-        w = layer_work(m, layer, s, imbalance)
-        t = time_work(scn.hardware, w, places)
-        # Host floor (MoEAssumptions): a pass takes at least the host's time to issue the layer's ops.
-        moe_layer = layer.ffn.kind == "moe"
-        host_fwd = moe.layer_host_fwd_s if moe_layer else moe.dense_host_fwd_s
-        host_bwd = moe.layer_host_bwd_s if moe_layer else moe.dense_host_bwd_s
-        t.fwd += max(0.0, host_fwd - t.fwd - sum(t.fwd_comm.values()))
-        t.bwd_in += max(0.0, host_bwd - t.bwd_in - t.bwd_w - sum(t.bwd_comm.values()))
-        if len(_LAYER_CACHE) >= _CHUNK_CACHE_MAX * 4:
-            _LAYER_CACHE.clear()
-        hit = _LAYER_CACHE[key] = (t, w.model_flops_fwd)
-    return hit
+    return memo.get("layer_times", key, lambda: _price_layer(scn, layer, s, places, imbalance, moe))
+
+
+def _price_layer(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, GroupPlacement], imbalance: float,
+                 moe: MoEAssumptions) -> tuple[_Times, float]:
+    w = layer_work(scn.model, layer, s, imbalance)
+    t = time_work(scn.hardware, w, places)
+    # Host floor (MoEAssumptions): a pass takes at least the host's time to issue the layer's ops.
+    moe_layer = layer.ffn.kind == "moe"
+    host_fwd = moe.layer_host_fwd_s if moe_layer else moe.dense_host_fwd_s
+    host_bwd = moe.layer_host_bwd_s if moe_layer else moe.dense_host_bwd_s
+    t.fwd += max(0.0, host_fwd - t.fwd - sum(t.fwd_comm.values()))
+    t.bwd_in += max(0.0, host_bwd - t.bwd_in - t.bwd_w - sum(t.bwd_comm.values()))
+    return t, w.model_flops_fwd
 
 
 def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last: bool, tokens: float,
-                seq_len: int, moe: MoEAssumptions) -> ChunkCost:
+                seq_len: int, moe: MoEAssumptions, memo: Memo) -> ChunkCost:
     hw, m = scn.hardware, scn.model
     s = shard_of(scn, tokens, seq_len)
     places = _places(scn)
@@ -285,11 +258,11 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
     model_flops_fwd = 0.0
 
     def imbalance(layer: LayerSpec) -> float:
-        return layer_imbalance(layer.ffn, m.vocab_size, s.ep, s.ep * s.t_moe, moe)
+        return layer_imbalance(layer.ffn, m.vocab_size, s.ep, s.ep * s.t_moe, moe, memo)
 
     def add_layer(layer: LayerSpec) -> None:
         nonlocal recompute_s, model_flops_fwd
-        t, flops = _layer_times(scn, layer, s, places, imbalance(layer), moe)
+        t, flops = _layer_times(scn, layer, s, places, imbalance(layer), moe, memo)
         total.add(t)
         model_flops_fwd += flops
         if recompute == "full":
@@ -394,10 +367,3 @@ def optimizer_step_s(scn: Scenario, stage: int) -> float:
     copies = f * n * OFFLOAD_COPY_BYTES_PER_PARAM / (hw.host_link_bytes_per_s * hw.host_link_efficiency)
     return gpu + max(host, copies)
 
-
-def clear_caches() -> None:
-    """Forget memoized chunk and layer costs (benchmarks time cold simulations with this)."""
-    _CHUNK_CACHE.clear()
-    _LAYER_CACHE.clear()
-    _HW_KEYS.clear()
-    _TRAIN_KEYS.clear()
