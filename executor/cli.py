@@ -1,8 +1,12 @@
 """`executor`: launch a plan for real and read back what was measured.
 
-  executor launch --plan PLAN [--steps N] [--store PATH] [--run-dir DIR] [--debug]
+  executor launch --plan PLAN [--steps N] [--store PATH] [--run-dir DIR] [--dry-run] [--debug]
   executor runs [--store PATH]
   executor show RUN [--store PATH]
+  executor export RUN --out CASE [--skip-steps N] [--store PATH]
+
+`launch` hands the plan to the backend its `executor.backend` names (executor.backends.registry); the backend
+records the run through executor.measurement_sink, which every command here reads back from the store.
 
 Bad input fails before anything starts: one line `error: <file>: <field>: <message>`, exit 2
 (a traceback only with --debug).
@@ -52,61 +56,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _launch_miles(args: argparse.Namespace, plan: Any) -> int:
-    from executor.backends.miles import default_run_id, run_miles  # noqa: PLC0415
-
-    if args.dry_run:
-        run_miles(plan, args.plan, dry_run=True)
-        return 0
-    from executor.measurement_sink import MeasurementSink  # noqa: PLC0415
-    from executor.records import RunRecord, environment, plan_hash  # noqa: PLC0415
-    from executor.store import Store  # noqa: PLC0415
-
-    run_id = default_run_id(plan)
-    run_dir = args.run_dir or Path("runs") / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    args.store.parent.mkdir(parents=True, exist_ok=True)
-    store = Store(args.store)
-    lay = plan.train.layout
-    store.create_run(RunRecord(
-        run_id=run_id, plan_id=plan.id, plan_hash=plan_hash(args.plan), plan_path=str(args.plan), backend="miles",
-        hardware=plan.hardware, layout=f"TP{lay.tp}/PP{lay.pp}/EP{lay.ep}", run_dir=str(run_dir),
-        started_at=time.time(), environment=environment(),
-        predicted=plan.predicted.model_dump(exclude_none=True)))
-    result = run_miles(plan, args.plan, ray_address=args.ray_address, store=MeasurementSink(store),
-                       log_path=run_dir / "job.log", timeout_s=args.timeout, run_id=run_id)
-    store.update_run_info(run_id, job_id=result.job_id, message=result.message, log_path=str(run_dir / "job.log"))
-    store.finish_run(run_id, "finished" if result.ok else result.status.lower())
-    print(f"{run_id}: {result.status}, {len(result.steps)} steps stored in {args.store}")
-    return 0 if result.ok else 1
-
-
 def _launch(args: argparse.Namespace) -> int:
+    from executor.backends.base import LaunchOptions  # noqa: PLC0415
+    from executor.backends.registry import backend_for  # noqa: PLC0415
     from perfmodel.inputs.plan import load_plan  # noqa: PLC0415
 
     plan = load_plan(args.plan)
-    if plan.executor.backend == "miles":
-        return _launch_miles(args, plan)
-    if args.dry_run or args.ray_address or args.timeout:
-        raise InputError(args.plan, "executor.backend", "--dry-run, --ray-address and --timeout are for backend "
-                         "miles; this plan runs backend local")
-    return _launch_local(args)
-
-
-def _launch_local(args: argparse.Namespace) -> int:
-    from executor.backends.local.options import LocalOptions  # noqa: PLC0415
-    from executor.backends.local.runner import launch  # noqa: PLC0415
-    from executor.plan_check import check_plan  # noqa: PLC0415
-
-    if args.steps is not None and args.steps < 1:
-        raise InputError("--steps", "", f"needs a positive number of steps, got {args.steps}")
-    checked = check_plan(args.plan)
-    steps = args.steps or LocalOptions.model_validate(checked.plan.executor.options).steps
-    run_id = f"{checked.plan.id}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = args.run_dir or Path("runs") / run_id
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise InputError(str(run_dir), "--run-dir", "exists and is not empty; choose another folder")
-    return launch(checked, run_id, run_dir, args.store, steps)
+    options = LaunchOptions(plan_path=args.plan, store_path=args.store, steps=args.steps, run_dir=args.run_dir,
+                            dry_run=args.dry_run, ray_address=args.ray_address, timeout_s=args.timeout)
+    return backend_for(plan, args.plan).launch(plan, options).exit_code
 
 
 def _open_store(path: Path) -> Any:

@@ -1,41 +1,86 @@
-"""Adapter from per-step measurement dicts (the miles backend's) to the store's StepRecord rows, so local and
-Miles runs share one SQLite schema (`executor runs`, `executor show`)."""
+"""The one write path into the measurement store, for every backend.
+
+Backends never call `Store`'s writers themselves: they open a run, add steps and close the run here, so local and
+Miles runs land in one SQLite schema (`executor runs`, `executor show`, `executor export`). Two ways in for a step:
+
+- `write_step(run_id, StepRecord)`: a backend that measures everything itself (the local worker);
+- `add_step(run_id=..., plan_id=..., backend=..., measurement=dict)`: a backend that reads per-step timings back from
+  a log (Miles' `perf/*` lines); the dict is mapped onto a `StepRecord` (what it does not measure stays NaN/None).
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
-from executor.records import StepRecord
+from executor.records import RunRecord, StepRecord
 from executor.store import Store
 
 MEASURED_PHASES = {"rollout": "rollout_time_s", "log_probs": "log_probs_time_s", "train": "train_time_s",
                    "weight_update": "weight_update_time_s", "step": "step_time_s"}
 
 
+class StepSink(Protocol):
+    """What a log-reading backend needs: one call per completed step (tests pass a list-backed stand-in)."""
+
+    def add_step(self, *, run_id: str, plan_id: str, backend: str, measurement: dict[str, Any]) -> None: ...
+
+
 class MeasurementSink:
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.steps = 0
+        self.steps = 0  # steps added through this sink: the step number when a measurement carries none
 
-    def add_step(self, *, run_id: str, plan_id: str, backend: str, measurement: dict[str, Any]) -> None:
-        phases: dict[str, float | None] = {p: measurement.get(k) for p, k in MEASURED_PHASES.items()}
-        phases |= {"offload": None, "onload": None}
-        nan = float("nan")
-        record = StepRecord(
-            step=int(measurement.get("step", self.steps)),
-            started_at=time.time(),
-            phases_s=phases,
-            tokens={},
-            reward_mean=float(measurement.get("reward_mean", nan)),
-            reward_std=nan,
-            train_rollout_logprob_abs_diff=float(measurement.get("train_rollout_logprob_abs_diff", nan)),
-            train_rollout_kl=float(measurement.get("train_rollout_kl", nan)),
-            rollout_log_prob_mean=nan,
-            train_stats={k: v for k, v in measurement.items() if isinstance(v, (int, float)) and k not in
-                         MEASURED_PHASES.values() and k != "step"},
-            weight_update={"perf": measurement.get("perf", {})},
-            peak_rss_bytes={},
-        )
+    @classmethod
+    def open(cls, path: str | Path) -> MeasurementSink:
+        return cls(Store(path))
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -------------------------------------------------------------- runs
+
+    def start_run(self, run: RunRecord) -> None:
+        self.store.create_run(run)
+
+    def update_run_info(self, run_id: str, **info: Any) -> None:
+        self.store.update_run_info(run_id, **info)
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        self.store.finish_run(run_id, status)
+
+    def step_count(self, run_id: str) -> int:
+        """Steps committed for the run (by any process writing to this store)."""
+        return self.store.step_count(run_id)
+
+    # -------------------------------------------------------------- steps
+
+    def write_step(self, run_id: str, record: StepRecord) -> None:
         self.store.write_step(run_id, record)
         self.steps += 1
+
+    def add_step(self, *, run_id: str, plan_id: str, backend: str, measurement: dict[str, Any]) -> None:
+        self.write_step(run_id, step_record(measurement, default_step=self.steps))
+
+
+def step_record(measurement: dict[str, Any], default_step: int) -> StepRecord:
+    """A per-step measurement dict (`executor.backends.miles.logs.StepRecord.measurement`) as a store row."""
+    phases: dict[str, float | None] = {p: measurement.get(k) for p, k in MEASURED_PHASES.items()}
+    phases |= {"offload": None, "onload": None}
+    nan = float("nan")
+    return StepRecord(
+        step=int(measurement.get("step", default_step)),
+        started_at=time.time(),
+        phases_s=phases,
+        tokens={},
+        reward_mean=float(measurement.get("reward_mean", nan)),
+        reward_std=nan,
+        train_rollout_logprob_abs_diff=float(measurement.get("train_rollout_logprob_abs_diff", nan)),
+        train_rollout_kl=float(measurement.get("train_rollout_kl", nan)),
+        rollout_log_prob_mean=nan,
+        train_stats={k: v for k, v in measurement.items() if isinstance(v, (int, float)) and k not in
+                     MEASURED_PHASES.values() and k != "step"},
+        weight_update={"perf": measurement.get("perf", {})},
+        peak_rss_bytes={},
+    )

@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from executor.backends.miles_logs import MilesLogParser, clean_line, parse_metric_line, parse_miles_log
+from executor.backends.miles.logs import MilesLogParser, clean_line, parse_metric_line, parse_miles_log
 
 ROLLOUT_0 = (
     "\x1b[36m(RolloutManager pid=2210)\x1b[0m [2026-08-09 10:01:02.123 rollout_manager] metrics.py:89 - perf 0: "

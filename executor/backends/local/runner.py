@@ -15,9 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+from executor.backends.base import RunOutcome
+from executor.measurement_sink import MeasurementSink
 from executor.plan_check import CheckedPlan
 from executor.records import RunRecord, environment, plan_hash
-from executor.store import Store
 
 
 def _free_port() -> int:
@@ -26,19 +27,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, steps: int) -> int:
+def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, steps: int) -> RunOutcome:
     plan = checked.plan
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "logs").mkdir(exist_ok=True)
     shutil.copyfile(checked.path, run_dir / "plan.yaml")
-    store = Store(store_path)
+    sink = MeasurementSink.open(store_path)  # the run row; rank 0 of the worker adds the steps to the same store
     record = RunRecord(
         run_id=run_id, plan_id=plan.id, plan_hash=plan_hash(checked.path), plan_path=str(checked.path.resolve()),
         backend="local", hardware=plan.hardware, layout=plan.train.layout.model_copy(update={"dp": checked.dp}).short(),
         run_dir=str(run_dir.resolve()), started_at=time.time(), environment=environment(),
         predicted=plan.predicted.model_dump(exclude_none=True), info={"steps_requested": steps},
     )
-    store.create_run(record)
+    sink.start_run(record)
     job = {"plan_path": str(checked.path.resolve()), "run_id": run_id, "run_dir": str(run_dir.resolve()),
            "store_path": str(store_path.resolve()), "steps": steps}
     job_path = run_dir / "job.json"
@@ -64,15 +65,15 @@ def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, s
         except KeyboardInterrupt:  # Ctrl-C reached torchrun too (same process group); let it stop its ranks
             proc.terminate()
             proc.wait(timeout=60)
-            store.finish_run(run_id, "interrupted")
-            store.close()
+            sink.finish_run(run_id, "interrupted")
+            sink.close()
             raise
-    done = store.step_count(run_id)
+    done = sink.step_count(run_id)  # steps the worker committed, not the ones this process wrote
     status = "finished" if rc == 0 and done == steps else "failed"
-    store.finish_run(run_id, status)
-    store.close()
+    sink.finish_run(run_id, status)
+    sink.close()
     if status == "failed":
         print(f"error: run {run_id} failed after {done} of {steps} steps (exit {rc}); see {log_path}", file=sys.stderr)
-        return 1
+        return RunOutcome(run_id, status, done, 1)
     print(f"run {run_id} finished: {done} steps; store {store_path}; trace {run_dir / 'trace.json'}", flush=True)
-    return 0
+    return RunOutcome(run_id, status, done, 0)

@@ -2,7 +2,7 @@
 
 Every rank trains (megatron-core, its PP stage / EP experts / DP share). Rank 0 also drives: it hosts the
 SGLang engine, samples prompts, scores rewards, computes group advantages, pushes weights, and writes the
-step records (store), the trace and the progress log. One step:
+step records (through the measurement sink into the store), the trace and the progress log. One step:
 
   rollout (rank 0, SGLang) -> broadcast batch -> log_probs (Megatron forward-only, old policy)
   -> gap metrics -> train (GRPO, optimizer step) -> gather BF16 weights -> quantize -> engine update
@@ -74,13 +74,13 @@ def run(job: dict[str, Any]) -> None:
     samples_per_step = rl.prompts_per_step * rl.samples_per_prompt
     optimizer_steps = samples_per_step // plan.train.global_batch
 
-    store = trace = engine = None
+    sink = trace = engine = None
     origin = time.time()
     if rank == 0:
-        from executor.store import Store  # noqa: PLC0415
+        from executor.measurement_sink import MeasurementSink  # noqa: PLC0415
         from executor.trace import TraceWriter  # noqa: PLC0415
 
-        store = Store(job["store_path"])
+        sink = MeasurementSink.open(job["store_path"])
         trace = TraceWriter(run_dir / "trace.json", origin)
 
     try:
@@ -103,11 +103,11 @@ def run(job: dict[str, Any]) -> None:
             trace.span("write_hf_checkpoint", t0, t1 - t0, lane="driver")
             trace.span("engine_start", t1, t2 - t1, lane="rollout")
             trace.span("initial_weight_update", t2, t3 - t2, lane="driver", engine_format=first.engine_format)
-            store.update_run_info(job["run_id"], engine_start_s=engine.start_s, initial_weight_update_s=t3 - t2,
-                                  rollout_precision=rl.rollout.precision, engine_weight_format=first.engine_format,
-                                  weight_update_mode=rl.weight_update.mode, world_size=world,
-                                  layout={"tp": layout.tp, "pp": layout.pp, "ep": layout.ep, "dp": dp},
-                                  optimizer_steps_per_rollout=optimizer_steps, task=options.task)
+            sink.update_run_info(job["run_id"], engine_start_s=engine.start_s, initial_weight_update_s=t3 - t2,
+                                 rollout_precision=rl.rollout.precision, engine_weight_format=first.engine_format,
+                                 weight_update_mode=rl.weight_update.mode, world_size=world,
+                                 layout={"tp": layout.tp, "pp": layout.pp, "ep": layout.ep, "dp": dp},
+                                 optimizer_steps_per_rollout=optimizer_steps, task=options.task)
             print(f"[executor] engine ready in {engine.start_s:.1f} s; rollout weights: {first.engine_format}", flush=True)
         dist.barrier()
 
@@ -208,7 +208,7 @@ def run(job: dict[str, Any]) -> None:
                     micro_batches=micro, samples=data["examples"],
                 )
                 trace.span(f"step {step}", step_t0, step_end - step_t0, lane="step")
-                store.write_step(job["run_id"], record)
+                sink.write_step(job["run_id"], record)
                 trace.flush()
                 print(f"[executor] step {step}/{steps}: {step_end - step_t0:.2f} s, reward {record.reward_mean:.3f}, "
                       f"logprob_abs_diff {abs_diff:.4f}, rollout_kl {kl:.5f}", flush=True)
@@ -217,8 +217,8 @@ def run(job: dict[str, Any]) -> None:
     finally:  # also on errors and SIGTERM from torchrun: never leave SGLang's processes behind
         if engine is not None:
             engine.shutdown()
-        if store is not None:
-            store.close()
+        if sink is not None:
+            sink.close()
     dist.destroy_process_group()
 
 

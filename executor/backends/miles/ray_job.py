@@ -1,18 +1,22 @@
 """Submit a Miles launch with the Ray Job SDK, follow its log, and turn `perf/*` lines into step measurements.
 
-Ray is imported lazily (the `ray` extra); nothing else in the executor needs it.
+Ray is imported lazily (the `ray` extra); nothing else in the executor needs it. Imports flow one way:
+run.py -> ray_job.py -> launch.py / logs.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shlex
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from executor.backends.miles_logs import MilesLogParser
+from executor.backends.miles.launch import MilesLaunch, MilesRunResult
+from executor.backends.miles.logs import MilesLogParser
+from executor.measurement_sink import StepSink
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
@@ -29,27 +33,23 @@ def make_client(address: str) -> Any:
     return JobSubmissionClient(address)
 
 
-def _entrypoint(launch: Any, model_args: Sequence[str]) -> str:
-    import shlex
-
+def _entrypoint(launch: MilesLaunch, model_args: Sequence[str]) -> str:
     return shlex.join(launch.entrypoint_argv(model_args))
 
 
 def submit_and_follow(
-    launch: Any,
+    launch: MilesLaunch,
     model_args: Sequence[str],
     *,
     environ: Mapping[str, str],
-    store: Any = None,
+    store: StepSink | None = None,
     out: TextIO | None = None,
     log_path: str | Path | None = None,
     timeout_s: float | None = None,
     client: Any = None,
     poll_s: float = 1.0,
-) -> Any:
+) -> MilesRunResult:
     """Submit `launch` (MODEL_ARGS already resolved), stream its log, store each completed step."""
-    from executor.backends.miles import MilesRunResult
-
     client = client or make_client(launch.ray_address)
     env = launch.resolved_env(environ)
     job_id = client.submit_job(
@@ -65,6 +65,11 @@ def submit_and_follow(
 
     seen = [0]  # characters of the job log handled so far (a polling fallback resumes there)
 
+    def record(m: dict[str, Any]) -> None:
+        steps.append(m)
+        if store is not None:
+            store.add_step(run_id=launch.run_id, plan_id=launch.plan_id, backend="miles", measurement=m)
+
     def handle(chunk: str) -> None:
         seen[0] += len(chunk)
         if log_file:
@@ -73,9 +78,7 @@ def submit_and_follow(
         if out is not None:
             out.write(chunk)
         for m in parser.feed(chunk):
-            steps.append(m)
-            if store is not None:
-                store.add_step(run_id=launch.run_id, plan_id=launch.plan_id, backend="miles", measurement=m)
+            record(m)
 
     status = "PENDING"
     message = ""
@@ -89,10 +92,8 @@ def submit_and_follow(
             if status not in TERMINAL:
                 client.stop_job(job_id)
                 status = "TIMEOUT"
-        for m in parser.finish():
-            steps.append(m)
-            if store is not None:
-                store.add_step(run_id=launch.run_id, plan_id=launch.plan_id, backend="miles", measurement=m)
+        for m in parser.finish():  # steps still pending when the log ended
+            record(m)
         try:
             info = client.get_job_info(job_id)
             message = str(getattr(info, "message", "") or "")
@@ -108,7 +109,7 @@ def submit_and_follow(
                           eval=dict(parser.eval), message=message, log_path=str(log_path) if log_path else None)
 
 
-def _follow(client: Any, job_id: str, handle: Any, deadline: float | None, seen: list[int]) -> bool:
+def _follow(client: Any, job_id: str, handle: Callable[[str], None], deadline: float | None, seen: list[int]) -> bool:
     """Stream the job log into `handle` until the job ends. Returns True when the deadline passed first."""
 
     async def tail() -> None:
@@ -136,7 +137,7 @@ def _follow(client: Any, job_id: str, handle: Any, deadline: float | None, seen:
         return _poll_logs(client, job_id, handle, deadline, seen)
 
 
-def _poll_logs(client: Any, job_id: str, handle: Any, deadline: float | None, seen: list[int],
+def _poll_logs(client: Any, job_id: str, handle: Callable[[str], None], deadline: float | None, seen: list[int],
                poll_s: float = 2.0) -> bool:
     """Fallback when the log stream breaks: poll the whole log, handling what is new since `seen[0]`."""
     while True:
@@ -162,4 +163,4 @@ def _wait_terminal(client: Any, job_id: str, deadline: float | None, poll_s: flo
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use `executor launch --plan` (executor.backends.miles.run_miles)")
+    sys.exit("use `executor launch --plan` (executor.backends.miles.run.run_miles)")

@@ -1,0 +1,32 @@
+"""The `local` backend: check the plan against this machine, then run it with torchrun (local/runner.py)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from executor.backends.base import LaunchOptions, RunOutcome
+from executor.backends.local.options import LocalOptions
+from executor.backends.local.runner import launch as run_local
+from executor.plan_check import check_plan
+from perfmodel.errors import InputError
+from perfmodel.inputs.plan import Plan
+
+
+class LocalBackend:
+    name = "local"
+
+    def launch(self, plan: Plan, options: LaunchOptions) -> RunOutcome:
+        # The plan is re-read by check_plan, which also checks this machine; `plan` only says it is a local plan.
+        if options.dry_run or options.ray_address or options.timeout_s:
+            raise InputError(options.plan_path, "executor.backend", "--dry-run, --ray-address and --timeout are for "
+                             "backend miles; this plan runs backend local")
+        if options.steps is not None and options.steps < 1:
+            raise InputError("--steps", "", f"needs a positive number of steps, got {options.steps}")
+        checked = check_plan(options.plan_path)
+        steps = options.steps or LocalOptions.model_validate(checked.plan.executor.options).steps
+        run_id = f"{checked.plan.id}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_dir = options.run_dir or Path("runs") / run_id
+        if run_dir.exists() and any(run_dir.iterdir()):
+            raise InputError(str(run_dir), "--run-dir", "exists and is not empty; choose another folder")
+        return run_local(checked, run_id, run_dir, options.store_path, steps)

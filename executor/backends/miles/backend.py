@@ -1,0 +1,47 @@
+"""The `miles` backend behind `executor launch`: a dry run prints the launch; a real run records the run, submits the
+job to Ray and stores each step Miles logs, through the measurement sink."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from executor.backends.base import LaunchOptions, RunOutcome
+from executor.backends.miles.run import default_run_id, run_miles
+from executor.measurement_sink import MeasurementSink
+from executor.records import RunRecord, environment, plan_hash
+from perfmodel.inputs.plan import Plan
+
+
+class MilesBackend:
+    name = "miles"
+
+    def launch(self, plan: Plan, options: LaunchOptions) -> RunOutcome:
+        if options.dry_run:  # --steps, --store, --run-dir and --ray-address do not change the printed launch
+            result = run_miles(plan, options.plan_path, dry_run=True)
+            return RunOutcome(result.run_id, "dry_run", 0, 0)
+        run_id = default_run_id(plan)
+        run_dir = options.run_dir or Path("runs") / run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        sink = MeasurementSink.open(options.store_path)
+        try:
+            sink.start_run(_run_record(plan, options.plan_path, run_id, run_dir))
+            result = run_miles(plan, options.plan_path, ray_address=options.ray_address, store=sink,
+                               log_path=run_dir / "job.log", timeout_s=options.timeout_s, run_id=run_id)
+            sink.update_run_info(run_id, job_id=result.job_id, message=result.message,
+                                 log_path=str(run_dir / "job.log"))
+            status = "finished" if result.ok else result.status.lower()
+            sink.finish_run(run_id, status)
+        finally:
+            sink.close()
+        print(f"{run_id}: {result.status}, {len(result.steps)} steps stored in {options.store_path}")
+        return RunOutcome(run_id, status, len(result.steps), 0 if result.ok else 1)
+
+
+def _run_record(plan: Plan, plan_path: str, run_id: str, run_dir: Path) -> RunRecord:
+    lay = plan.train.layout
+    return RunRecord(
+        run_id=run_id, plan_id=plan.id, plan_hash=plan_hash(plan_path), plan_path=str(plan_path), backend="miles",
+        hardware=plan.hardware, layout=f"TP{lay.tp}/PP{lay.pp}/EP{lay.ep}", run_dir=str(run_dir),
+        started_at=time.time(), environment=environment(),
+        predicted=plan.predicted.model_dump(exclude_none=True))
