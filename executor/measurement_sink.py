@@ -14,11 +14,12 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from perfmodel.results import PHASE_METRICS
+
 from executor.records import RunRecord, StepRecord
 from executor.store import Store
 
-MEASURED_PHASES = {"rollout": "rollout_time_s", "log_probs": "log_probs_time_s", "train": "train_time_s",
-                   "weight_update": "weight_update_time_s", "step": "step_time_s"}
+MEASURED_PHASES = PHASE_METRICS  # phase -> the metric a measurement dict carries it as (perfmodel.results)
 
 
 class StepSink(Protocol):

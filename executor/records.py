@@ -17,14 +17,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from perfmodel.results import PHASE_METRICS
+
 PHASES = ("rollout", "log_probs", "train", "weight_update", "offload", "onload", "step")
-PHASE_TO_PREDICTED = {
-    "rollout": "rollout_time_s",
-    "log_probs": "log_probs_time_s",
-    "train": "train_time_s",
-    "weight_update": "weight_update_time_s",
-    "step": "step_time_s",
-}
+PHASE_TO_PREDICTED = PHASE_METRICS  # the names perfmodel predicts each measured phase as (perfmodel.results)
 
 
 @dataclass
