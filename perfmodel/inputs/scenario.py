@@ -88,49 +88,61 @@ def build_scenario(
 ) -> Scenario:
     hw = hardware or load_hardware(run.hardware, source=source)
     m = model or resolve_model(run, source)
+    if run.rl is not None:
+        _check_rl_gpus(run, m, source)
+    dp, expert_dp = _check_layout(run, m, source)
+    schedule = run.train.resolved_schedule()
+    split, note = _pipeline_split(run, m, schedule, source)
+    m_count = _microbatches(run, dp, schedule, source)
+    return Scenario(hw, m, run, dp, expert_dp, split, note, m_count, schedule)
+
+
+def _check_rl_gpus(run: RunSpec, m: ModelSpec, source: str) -> None:
+    """GPU accounting of an RL run and the rollout engine's shape."""
+    rl = run.rl
+    if rl.placement == "colocated":
+        if rl.actor_gpus != run.gpus or rl.rollout_gpus != run.gpus:
+            raise _fail(source, "rl.actor_gpus", f"colocated: actor_gpus ({rl.actor_gpus}) and rollout_gpus "
+                        f"({rl.rollout_gpus}) must both equal gpus ({run.gpus})")
+        if rl.async_:
+            raise _fail(source, "rl.async", "async needs placement: disaggregated (colocated GPUs time-share)")
+    else:
+        if rl.actor_gpus + rl.rollout_gpus != run.gpus:
+            raise _fail(source, "rl.rollout_gpus", f"disaggregated: actor_gpus + rollout_gpus "
+                        f"({rl.actor_gpus} + {rl.rollout_gpus}) must equal gpus ({run.gpus})")
+        if rl.weight_update.mode == "ipc":
+            raise _fail(source, "rl.weight_update.mode", "ipc needs colocated placement; use broadcast or disk")
+    ro = rl.rollout
+    if rl.rollout_gpus % ro.engine_gpus:
+        raise _fail(source, "rl.rollout.engine_gpus", f"rollout_gpus ({rl.rollout_gpus}) must be a multiple of "
+                    f"engine_gpus ({ro.engine_gpus})")
+    expected_engine = ro.tp * (1 if ro.dp_attention else ro.dp)
+    if ro.engine_gpus != expected_engine:
+        how = "tp" if ro.dp_attention else "tp x dp"
+        raise _fail(source, "rl.rollout.engine_gpus", f"engine_gpus ({ro.engine_gpus}) must equal {how} "
+                    f"({expected_engine}) of the SGLang engine")
+    if ro.dp_attention and ro.tp % ro.dp:
+        raise _fail(source, "rl.rollout.dp", f"with dp_attention, dp ({ro.dp}) must divide tp ({ro.tp})")
+    if ro.ep > ro.engine_gpus or ro.engine_gpus % ro.ep:
+        raise _fail(source, "rl.rollout.ep", f"ep ({ro.ep}) must divide engine_gpus ({ro.engine_gpus})")
+    first = m.layers[0]
+    n_exp = next((layer.ffn.num_experts for layer in m.layers if layer.ffn.kind == "moe"), 0)
+    if n_exp:
+        if n_exp % ro.ep:
+            raise _fail(source, "rl.rollout.ep", f"{n_exp} experts are not divisible by rollout ep {ro.ep}")
+    heads = first.attention.num_heads
+    attn_tp = ro.tp // ro.dp if ro.dp_attention else ro.tp
+    if heads % attn_tp:
+        raise _fail(source, "rl.rollout.tp", f"{heads} attention heads are not divisible by the rollout "
+                    f"attention TP {attn_tp}")
+
+
+
+def _check_layout(run: RunSpec, m: ModelSpec, source: str) -> tuple[int, int]:
+    """The training layout against the GPUs and the model; returns (dp, expert_dp)."""
     t = run.train
     lay = t.layout
     f = "train.layout"
-
-    # GPU accounting
-    if run.rl is not None:
-        rl = run.rl
-        if rl.placement == "colocated":
-            if rl.actor_gpus != run.gpus or rl.rollout_gpus != run.gpus:
-                raise _fail(source, "rl.actor_gpus", f"colocated: actor_gpus ({rl.actor_gpus}) and rollout_gpus "
-                            f"({rl.rollout_gpus}) must both equal gpus ({run.gpus})")
-            if rl.async_:
-                raise _fail(source, "rl.async", "async needs placement: disaggregated (colocated GPUs time-share)")
-        else:
-            if rl.actor_gpus + rl.rollout_gpus != run.gpus:
-                raise _fail(source, "rl.rollout_gpus", f"disaggregated: actor_gpus + rollout_gpus "
-                            f"({rl.actor_gpus} + {rl.rollout_gpus}) must equal gpus ({run.gpus})")
-            if rl.weight_update.mode == "ipc":
-                raise _fail(source, "rl.weight_update.mode", "ipc needs colocated placement; use broadcast or disk")
-        ro = rl.rollout
-        if rl.rollout_gpus % ro.engine_gpus:
-            raise _fail(source, "rl.rollout.engine_gpus", f"rollout_gpus ({rl.rollout_gpus}) must be a multiple of "
-                        f"engine_gpus ({ro.engine_gpus})")
-        expected_engine = ro.tp * (1 if ro.dp_attention else ro.dp)
-        if ro.engine_gpus != expected_engine:
-            how = "tp" if ro.dp_attention else "tp x dp"
-            raise _fail(source, "rl.rollout.engine_gpus", f"engine_gpus ({ro.engine_gpus}) must equal {how} "
-                        f"({expected_engine}) of the SGLang engine")
-        if ro.dp_attention and ro.tp % ro.dp:
-            raise _fail(source, "rl.rollout.dp", f"with dp_attention, dp ({ro.dp}) must divide tp ({ro.tp})")
-        if ro.ep > ro.engine_gpus or ro.engine_gpus % ro.ep:
-            raise _fail(source, "rl.rollout.ep", f"ep ({ro.ep}) must divide engine_gpus ({ro.engine_gpus})")
-        first = m.layers[0]
-        n_exp = next((layer.ffn.num_experts for layer in m.layers if layer.ffn.kind == "moe"), 0)
-        if n_exp:
-            if n_exp % ro.ep:
-                raise _fail(source, "rl.rollout.ep", f"{n_exp} experts are not divisible by rollout ep {ro.ep}")
-        heads = first.attention.num_heads
-        attn_tp = ro.tp // ro.dp if ro.dp_attention else ro.tp
-        if heads % attn_tp:
-            raise _fail(source, "rl.rollout.tp", f"{heads} attention heads are not divisible by the rollout "
-                        f"attention TP {attn_tp}")
-
     gpus = run.train_gpus
     mp = lay.tp * lay.pp * lay.cp
     if gpus % mp:
@@ -171,8 +183,15 @@ def build_scenario(
         raise _fail(source, "train.seq_len", f"seq_len {t.seq_len} must be divisible by 2 x cp = {2 * lay.cp} "
                     "(load-balanced context parallel)")
 
+    return dp, expert_dp
+
+
+def _pipeline_split(run: RunSpec, m: ModelSpec, schedule: str, source: str) -> tuple[tuple[int, ...], str]:
+    """Decoder layers per virtual stage, given or most balanced, and how they were chosen."""
+    t = run.train
+    lay = t.layout
+    f = "train.layout"
     # Pipeline split: DualPipe(V) runs two model chunks per rank (a V: stages r and 2pp-1-r)
-    schedule = t.resolved_schedule()
     chunks = 2 if schedule in ("dualpipe", "dualpipev") else lay.vpp
     stages = lay.pp * chunks
     if t.pipeline_layers is not None:
@@ -206,6 +225,13 @@ def build_scenario(
         raise _fail(source, "train.microbatch_group_size_per_vp_stage", "applies to the interleaved schedule only; "
                     "remove it or set vpp > 1")
 
+    return split, note
+
+
+def _microbatches(run: RunSpec, dp: int, schedule: str, source: str) -> int:
+    """Micro-batches per DP rank and optimizer step, checked against the schedule's framework."""
+    t = run.train
+    lay = t.layout
     # Micro-batches
     if t.max_tokens_per_gpu is None:
         per_rank = t.micro_batch * dp
@@ -230,4 +256,4 @@ def build_scenario(
             raise _fail(source, "train.global_batch", f"{why} (global_batch {t.global_batch} / (micro_batch "
                         f"{t.micro_batch} x dp {dp}) = {m_count}); {fix}")
 
-    return Scenario(hw, m, run, dp, expert_dp, split, note, m_count, schedule)
+    return m_count
