@@ -76,7 +76,11 @@ def run_pipeline(
     record_trace: bool = False,
 ) -> PipelineResult:
     """Simulate one step of the pipeline. op_times(virtual_stage, mb); p2p_s(virtual_stage) is the transfer
-    time between virtual stage vs and vs+1 (and back for gradients) when they sit on different ranks."""
+    time between virtual stage vs and vs+1 (and back for gradients) when they sit on different ranks.
+
+    One long function on purpose: the rank processes are closures over the events and statistics of one
+    simulation, on the hot path of every sweep candidate; split into functions they would pass a dozen shared
+    objects per op."""
     if schedule.chunks == 1 and not record_trace and all(op.kind == "F" for op in schedule.rank_ops(0)):
         return _forward_only_flow(schedule, op_times, p2p_s)
     env = simpy.Environment()

@@ -7,6 +7,7 @@ Stragglers enter through the cost model's expert-load imbalance, not by simulati
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from perfmodel.cost.train.stage import ChunkCost, chunk_cost, dp_grad_sync_s, optimizer_step_s, p2p_time_s
@@ -130,6 +131,31 @@ def default_microbatches(scn: Scenario) -> list[tuple[int, int]]:
     return [(t.micro_batch * t.seq_len, t.seq_len)] * scn.num_microbatches
 
 
+def _rank_tail(scn: Scenario, schedule: Schedule, op_times: Callable[[int, int], OpTimes], rank: int,
+               microbatches: int) -> dict[str, float]:
+    """What follows a rank's pipeline work: the DP gradient sync (overlapping its last backward), the parameter
+    all-gather (overlapping its first forward) and the optimizer step."""
+    grad_s, gather_s = dp_grad_sync_s(scn, rank)
+    last_bwd = sum(op_times(schedule.virtual_stage(rank, c), microbatches - 1).b_s for c in range(schedule.chunks))
+    first_fwd = sum(op_times(schedule.virtual_stage(rank, c), 0).f_s for c in range(schedule.chunks))
+    return {"comm:dp_grad": max(0.0, grad_s - last_bwd), "comm:dp_param_gather": max(0.0, gather_s - first_fwd),
+            "optimizer": optimizer_step_s(scn, rank)}
+
+
+def _flops(virtual_stages: int, microbatches: int, cost_of: Callable[[int, int], ChunkCost],
+           forward_only: bool) -> tuple[float, float]:
+    """(model FLOPs, recomputed forward FLOPs) of every chunk of every micro-batch, per GPU of a stage."""
+    model_flops = 0.0
+    recompute_flops = 0.0
+    for vs in range(virtual_stages):
+        for mb in range(microbatches):
+            c = cost_of(vs, mb)
+            model_flops += c.model_flops / 3.0 if forward_only else c.model_flops
+            if not forward_only and c.recompute_s > 0 and c.fwd_compute_s > 0:
+                recompute_flops += (c.model_flops / 3.0) * (c.recompute_s / c.fwd_compute_s)
+    return model_flops, recompute_flops
+
+
 def simulate_train_step(
     scn: Scenario,
     microbatches: list[tuple[int, int]] | None = None,
@@ -175,21 +201,10 @@ def simulate_train_step(
 
     pipe: PipelineResult = run_pipeline(schedule, op_times, p2p, record_trace)
 
-    # DP sync overlaps the rank's last backward; the optimizer step follows on every rank.
-    tail_s = 0.0
-    per_rank_extra: list[dict[str, float]] = []
-    for rank in range(lay.pp):
-        extra: dict[str, float] = {}
-        if not forward_only and include_optimizer:
-            grad_s, gather_s = dp_grad_sync_s(scn, rank)
-            last_bwd = sum(op_times(schedule.virtual_stage(rank, c), len(mbs) - 1).b_s for c in range(schedule.chunks))
-            first_fwd = sum(op_times(schedule.virtual_stage(rank, c), 0).f_s for c in range(schedule.chunks))
-            extra["comm:dp_grad"] = max(0.0, grad_s - last_bwd)
-            extra["comm:dp_param_gather"] = max(0.0, gather_s - first_fwd)
-            extra["optimizer"] = optimizer_step_s(scn, rank)
-        per_rank_extra.append(extra)
-        tail_s = max(tail_s, pipe.ranks[rank].end_s - pipe.makespan_s + sum(extra.values()))
-    step = pipe.makespan_s + tail_s
+    per_rank_extra = [_rank_tail(scn, schedule, op_times, rank, len(mbs))
+                      if not forward_only and include_optimizer else {} for rank in range(lay.pp)]
+    tail_s = max(pipe.ranks[r].end_s - pipe.makespan_s + sum(per_rank_extra[r].values()) for r in range(lay.pp))
+    step = pipe.makespan_s + max(0.0, tail_s)
 
     n = lay.pp
     breakdown: dict[str, float] = {}
@@ -200,18 +215,7 @@ def simulate_train_step(
             breakdown[k] = breakdown.get(k, 0.0) + v / n
     breakdown["bubble"] = max(0.0, step - sum(breakdown.values()))
     exposed = {k.split(":", 1)[1]: v for k, v in breakdown.items() if k.startswith("comm:")}
-
-    # FLOPs: model FLOPs of every chunk of every micro-batch, times the GPUs that run a stage (tp x cp x dp
-    # replicas each do their own share; chunk model_flops is per GPU).
-    model_flops = 0.0
-    recompute_flops = 0.0
-    for vs in range(schedule.virtual_stages):
-        for mb in range(len(mbs)):
-            c = cost_of(vs, mb)
-            f = c.model_flops / 3.0 if forward_only else c.model_flops
-            model_flops += f
-            if not forward_only and c.recompute_s > 0 and c.fwd_compute_s > 0:
-                recompute_flops += (c.model_flops / 3.0) * (c.recompute_s / c.fwd_compute_s)
+    model_flops, recompute_flops = _flops(schedule.virtual_stages, len(mbs), cost_of, forward_only)
     replicas = scn.dp * lay.tp * lay.cp
     tokens = sum(t for t, _ in mbs) * scn.dp
     return TrainStepResult(

@@ -215,25 +215,7 @@ def evaluate_candidates(
             for items in _chunks(todo, chunk):
                 take(_evaluate_chunk(items))
         else:
-            with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(hw, model)) as pool:
-                pending: set[Future] = set()
-                it = iter(_chunks(todo, chunk))
-                try:
-                    for items in it:
-                        pending.add(pool.submit(_evaluate_chunk, items))
-                        if len(pending) >= workers * 3:
-                            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                            for f in finished:
-                                take(f.result())
-                    while pending:
-                        finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                        for f in finished:
-                            take(f.result())
-                except KeyboardInterrupt:
-                    for f in pending:
-                        f.cancel()
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    raise
+            _run_on_processes(workers, todo, chunk, hw, model, take)
     except KeyboardInterrupt:
         interrupted = True
     if cache:
@@ -252,6 +234,29 @@ def evaluate_candidates(
     pruned = sum(1 for r in rows if r["status"] == "pruned")
     invalid = sum(1 for r in rows if r["status"] == "invalid")
     return SweepOutcome(rows, evaluated, pruned, invalid, cached, time.perf_counter() - t0, interrupted, ranked)
+
+
+def _run_on_processes(workers: int, todo: list[tuple[int, dict[str, Any]]], chunk: int, hw: HardwareProfile,
+                      model: ModelSpec, take: Callable[[list[tuple[int, dict[str, Any]]]], None]) -> None:
+    """Chunks of candidates on a process pool, at most 3 chunks queued per worker; Ctrl-C cancels the rest."""
+    with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(hw, model)) as pool:
+        pending: set[Future] = set()
+        try:
+            for items in _chunks(todo, chunk):
+                pending.add(pool.submit(_evaluate_chunk, items))
+                if len(pending) >= workers * 3:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in finished:
+                        take(f.result())
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    take(f.result())
+        except KeyboardInterrupt:
+            for f in pending:
+                f.cancel()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def _run_on_ray(address: str, todo: list[tuple[int, dict[str, Any]]], chunk: int, hw: HardwareProfile,

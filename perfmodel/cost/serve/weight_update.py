@@ -217,6 +217,40 @@ def _span_placement(hw: HardwareProfile, size: int, span_gpus: int) -> GroupPlac
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def _link_s(scn: Scenario, wp: WeightUpdateParams, xfer: float, pp_g: GroupPlacement) -> tuple[float, float]:
+    """(time on the link, the link's bandwidth) of moving `xfer` bytes to the engines by the plan's mode."""
+    rl, hw, lay = scn.run.rl, scn.hardware, scn.layout
+    colocated = rl.placement == "colocated"
+    if rl.weight_update.mode == "ipc":
+        link = 2.0 * xfer / _hbm(hw)  # clone of every flattened bucket into SGLang-owned memory (read + write)
+        return link, (_broadcast_busbw(hw, pp_g) if lay.pp > 1 else _hbm(hw))
+    if rl.weight_update.mode == "broadcast":
+        span = rl.actor_gpus + rl.rollout_gpus if not colocated else rl.rollout_gpus
+        g = _span_placement(hw, rl.rollout_gpus + 1, span)  # a stage leader + every rollout GPU
+        # every rollout GPU receives the whole model; stages stream in parallel
+        return broadcast_s(hw, xfer, g), _broadcast_busbw(hw, g)
+    # disk: the stage leaders write the checkpoint, every engine reads all of it
+    engines = rl.rollout_gpus // rl.rollout.engine_gpus
+    link = xfer / wp.disk_write_bytes_per_s + engines * xfer / wp.disk_read_bytes_per_s
+    return link, hw.nic_bytes_per_s * hw.collective_bus_efficiency_scale_out
+
+
+def _risks(bucket_mb: float, every_gpu_gets_all: bool) -> list[str]:
+    """What measured runs say can go wrong with these buckets (GB300 Miles DSV4-Flash bring-up)."""
+    risks: list[str] = []
+    if bucket_mb >= 1024:
+        risks.append(f"{bucket_mb:.0f} MiB buckets: the GB300 colocated DSV4-Flash runs with 1 GiB buckets stalled "
+                     "(41/533 buckets) and were cancelled; the time shown assumes it completes")
+    if every_gpu_gets_all and bucket_mb > 64:
+        risks.append("colocated IPC needs free memory for a BF16 bucket and its flattened copy on every GPU; GB300 "
+                     "BF16 runs OOMed at the 130 MiB flattened FP8 bucket of a 256 MiB update with SGLang at "
+                     "mem_fraction_static 0.6-0.7")
+    if bucket_mb < 64:
+        risks.append("buckets under 64 MiB: the per-bucket cost dominates (64 MiB already costs 2.3x the 256 MiB "
+                     "time on GB300)")
+    return risks
+
+
 def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) -> WeightUpdateResult:
     """Time of one trainer -> engines weight update, by part (see the module docstring)."""
     wp = params or WeightUpdateParams()
@@ -266,18 +300,7 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) 
         parts["quantize_s"] = 0.0
 
     # Transfer: per-bucket fixed cost + software pipeline + the link.
-    if mode == "ipc":
-        link = 2.0 * xfer / _hbm(hw)  # clone of every flattened bucket into SGLang-owned memory (read + write)
-        link_bw = _broadcast_busbw(hw, pp_g) if lay.pp > 1 else _hbm(hw)
-    elif mode == "broadcast":
-        span = rl.actor_gpus + rl.rollout_gpus if not colocated else rl.rollout_gpus
-        g = _span_placement(hw, rl.rollout_gpus + 1, span)  # a stage leader + every rollout GPU
-        link = broadcast_s(hw, xfer, g)  # every rollout GPU receives the whole model; stages stream in parallel
-        link_bw = _broadcast_busbw(hw, g)
-    else:  # disk: the stage leaders write the checkpoint, every engine reads all of it
-        engines = rl.rollout_gpus // rl.rollout.engine_gpus
-        link = xfer / wp.disk_write_bytes_per_s + engines * xfer / wp.disk_read_bytes_per_s
-        link_bw = hw.nic_bytes_per_s * hw.collective_bus_efficiency_scale_out
+    link, link_bw = _link_s(scn, wp, xfer, pp_g)
     pipe_rate = wp.pipeline_bytes_per_s
     if wp.scale_pipeline_by_link:
         pipe_rate *= link_bw / GB300_REFERENCE_LINK_BYTES_PER_S
@@ -289,18 +312,7 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) 
     parts["post_process_s"] = wp.post_process_fixed_s + 2.0 * rollout_weights / _hbm(hw)
     parts["resume_s"] = wp.resume_s + (wp.engine_wake_s / 2 if colocated else 0.0)
 
-    risks: list[str] = []
-    mb = rl.weight_update.bucket_mb
-    if mb >= 1024:
-        risks.append(f"{mb:.0f} MiB buckets: the GB300 colocated DSV4-Flash runs with 1 GiB buckets stalled "
-                     "(41/533 buckets) and were cancelled; the time shown assumes it completes")
-    if every_gpu_gets_all and mb > 64:
-        risks.append("colocated IPC needs free memory for a BF16 bucket and its flattened copy on every GPU; GB300 "
-                     "BF16 runs OOMed at the 130 MiB flattened FP8 bucket of a 256 MiB update with SGLang at "
-                     "mem_fraction_static 0.6-0.7")
-    if mb < 64:
-        risks.append("buckets under 64 MiB: the per-bucket cost dominates (64 MiB already costs 2.3x the 256 MiB "
-                     "time on GB300)")
+    risks = _risks(rl.weight_update.bucket_mb, every_gpu_gets_all)
     notes = [f"per-bucket {wp.per_bucket_s * 1e3:.1f} ms and pipeline {wp.pipeline_bytes_per_s / 1e9:.1f} GB/s "
              "from the GB300 256 / 64 MiB measurements"
              + (" (pipeline scaled by the link)" if wp.scale_pipeline_by_link else "")]
