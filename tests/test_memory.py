@@ -244,7 +244,7 @@ def _dsv4_seed_dict(seq_len: int = 4608, **train) -> dict:
     d.update(hardware="mi355x", gpus=32)
     d["rl"].update(placement="disaggregated", actor_gpus=16, rollout_gpus=16)
     d["rl"]["weight_update"]["mode"] = "broadcast"
-    # The blog run's SGLang side (dsv4-flash-and-miles.md 2.1): 2 engines of TP8, mem fraction 0.70,
+    # The blog run's SGLang side (docs/reference/dsv4-flash-and-miles.md 2.1): 2 engines of TP8, mem fraction 0.70,
     # --sglang-max-total-tokens 524288, kv cache dtype auto.
     d["rl"]["rollout"].update(engine_gpus=8, tp=8, ep=1, dp=1, dp_attention=False, kv_cache_dtype=None,
                               mem_fraction_static=0.7, max_total_tokens=524288)

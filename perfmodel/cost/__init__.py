@@ -1,17 +1,13 @@
-"""Cost model (issue #3): pure functions from hardware, model and layout to kernel, layer and stage costs.
+"""Cost model: the one room where every GPU activity is priced, as functions of hardware, model and layout.
 
-- compute:   GEMM / attention / memory-bound kernel times on a roofline
-- flops:     model FLOPs per token (the Megatron-Bridge MFU convention)
-- work:      the work-list types (Shard, Gemm, Kernel, CommOp, Work) and the TP/CP collectives of a block
-- attention: GQA/MHA, MLA and DeepSeek-V4 hybrid attention work
-- layers:    FFN/MoE, mHC, whole layers, embedding, LM head, MTP: forward work of one micro-batch on one GPU
-- comm:      collectives with busbw conventions and rank placement
-- moe:       expert-load imbalance (learned and hash routing), EP dispatch volumes
-- params:    parameters per GPU after sharding
-- stage:     the simulator's interface (ChunkCost, chunk_cost, p2p_time_s, dp_grad_sync_s, optimizer_step_s)
+- dtypes:   bytes per element, block-scaled FP8 overhead
+- compute:  the GEMM rate (curve, dtype, shape factor), attention and memory-bound kernels on a roofline
+- comm:     collectives with busbw conventions and rank placement
+- dispatch: MoE expert-parallel dispatch/combine (alltoall or DeepEP-style), for training and serving
+- params:   parameters per GPU after sharding (by layer, by pipeline rank, by role)
+- train/:   training work lists per layer (work, attention, layers, flops, moe) and stage times (stage)
+- serve/:   an SGLang engine's prefill/decode/KV costs (engine) and the trainer -> engines weight update
+- memory/:  per-GPU memory of a training rank (training) and of a rollout GPU (rollout)
+
+Nothing here keeps results between calls: callers pass a `perfmodel.memo.Memo`.
 """
-
-from perfmodel.cost.train.flops import model_flops_per_token
-from perfmodel.cost.train.stage import ChunkCost, chunk_cost, dp_grad_sync_s, optimizer_step_s, p2p_time_s
-
-__all__ = ["ChunkCost", "chunk_cost", "dp_grad_sync_s", "model_flops_per_token", "optimizer_step_s", "p2p_time_s"]

@@ -3,12 +3,12 @@
 Byte arguments are the full buffer as NCCL/RCCL name it: all-reduce and broadcast the buffer, all-gather the
 gathered output, reduce-scatter the input before scattering, all-to-all the per-GPU send buffer (its own chunk
 included), send/recv the message. Each GPU moves 2(n-1)/n of the buffer for all-reduce and (n-1)/n for
-all-gather, reduce-scatter and all-to-all (hardware.md "Bandwidth conventions", S2 network/README).
+all-gather, reduce-scatter and all-to-all (docs/reference/hardware.md "Bandwidth conventions", S2 network/README).
 
 Where the ranks sit decides the link. A group lies inside one scale-up domain (an xGMI node, an NVSwitch node,
 a 72-GPU NVL72 rack) or spans several; `GroupPlacement` says how many of its ranks share a domain.
 - xGMI full mesh: a GPU reaches each peer over one dedicated link, so a k-GPU group uses k-1 links, not the
-  aggregate: TP2 on an 8-GPU MI300X node gets 1/7 of it (hardware.md 2c: 2 of 8 MI300X, 47.7 vs 312.9 GB/s
+  aggregate: TP2 on an 8-GPU MI300X node gets 1/7 of it (docs/reference/hardware.md 2c: 2 of 8 MI300X, 47.7 vs 312.9 GB/s
   busbw, "6.5x slower"; 2g "Partial-node jobs on an xGMI mesh").
 - NVSwitch: every group gets the GPU's full NVLink bandwidth.
 - Across domains: the GPU's own NIC (one per GPU in every profile). All-reduce is hierarchical: reduce-scatter
@@ -167,7 +167,7 @@ def a2a_split_s(hw: HardwareProfile, g: GroupPlacement, intra_bytes: float, inte
 
 def send_recv_s(hw: HardwareProfile, nbytes: float, same_domain: bool) -> float:
     """One message between two GPUs: one xGMI link on a mesh, the full NVLink bandwidth on a switch, else the
-    NIC. Bus efficiency as for collectives (Primus uses p2p_bw_eff 0.80, hardware.md 2e)."""
+    NIC. Bus efficiency as for collectives (Primus uses p2p_bw_eff 0.80, docs/reference/hardware.md 2e)."""
     if nbytes <= 0:
         return 0.0
     if same_domain:

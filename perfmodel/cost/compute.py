@@ -13,18 +13,18 @@ from perfmodel.inputs.hardware import HardwareProfile
 
 
 # Fixed cost of one launched kernel that is not a GEMM (norms, activations, permutes): the Primus projection's
-# kernel_launch_latency 2.8 us (hardware.md 2e, S4 collective_args.py); the GEMM curves carry their own.
+# kernel_launch_latency 2.8 us (docs/reference/hardware.md 2e, S4 collective_args.py); the GEMM curves carry their own.
 KERNEL_OVERHEAD_S = 2.8e-6
 
 # Flash attention runs below a GEMM of the same FLOPs. Forward: FlashAttention-3 reaches "up to 740 TFLOPs/s
 # (75% utilization)" in BF16 on H100 (Shah et al. 2024, arXiv 2407.08608, abstract) where the best H100 BF16
-# GEMM reaches 80.3% (hardware.md 2a, MAMF 794.5/989): 0.75/0.80 = 0.93, rounded down to 0.9. Backward:
+# GEMM reaches 80.3% (docs/reference/hardware.md 2a, MAMF 794.5/989): 0.75/0.80 = 0.93, rounded down to 0.9. Backward:
 # assumption 0.7 of the GEMM rate (flash backward recomputes the scores and runs five matmuls with more
 # synchronisation; FlashAttention-2, Dao 2023, arXiv 2307.08691 section 4, reports backward below forward
 # throughput). Both are calibration targets, not measurements of this hardware.
 # Training GEMM shapes run below the best shape a MAMF sweep finds (the profiles' `max`): SemiAnalysis measured
 # Llama-70B training shapes at 720 of the 794.5 TFLOP/s best shape on H100 BF16 (0.906), 1280 of 1402.6 in FP8
-# (0.913) and 620 of 668.4 on MI300X BF16 (0.928) (hardware.md 2a, S27 vs S2). Mean 0.916, rounded to 0.91.
+# (0.913) and 620 of 668.4 on MI300X BF16 (0.928) (docs/reference/hardware.md 2a, S27 vs S2). Mean 0.916, rounded to 0.91.
 PRODUCTION_SHAPE_FACTOR = 0.91
 
 ATTENTION_FWD_REL_EFFICIENCY = 0.9

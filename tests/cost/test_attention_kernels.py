@@ -40,7 +40,7 @@ def test_selective_recompute_of_a_materialized_attention_costs_what_the_paper_sh
     assert flash_sel_s / flash_none_s - 1 < overhead / 2
     # Full recompute vs selective: the paper's end-to-end speed-ups 1.29-1.32 (with sequence parallel)
     assert 1.25 < full_s / sel_s < 1.40
-    # MFU of selective + SP, 175B: 51.4% measured (Megatron-LM README @636da04, hardware.md 3b)
+    # MFU of selective + SP, 175B: 51.4% measured (Megatron-LM README @636da04, docs/reference/hardware.md 3b)
     assert sel.train.mfu == pytest.approx(0.514, rel=0.10)
 
 

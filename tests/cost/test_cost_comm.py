@@ -46,7 +46,7 @@ def test_busbw_conventions():
 
 
 def test_xgmi_tp2_is_one_link_hardware_md_2c():
-    """hardware.md 2c: 8xMI300X all-reduce 4 GiB busbw 312.9 GB/s; 2 of 8 MI300X 47.7 GB/s ("6.5x slower")."""
+    """docs/reference/hardware.md 2c: 8xMI300X all-reduce 4 GiB busbw 312.9 GB/s; 2 of 8 MI300X 47.7 GB/s ("6.5x slower")."""
     hw = load_hardware("mi300x")
     tp8 = _busbw(hw, "all_reduce", all_reduce_s, 4 * GIB, GroupPlacement(8, 8))
     tp2 = _busbw(hw, "all_reduce", all_reduce_s, 4 * GIB, GroupPlacement(2, 2))

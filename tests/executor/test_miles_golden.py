@@ -1,5 +1,5 @@
 """Golden test: the seed plan must produce the published MI355X launch (LMSYS blog 2026-07-10, section 2.1 of
-shared/reference/dsv4-flash-and-miles.md) plus the defaults of the PR #1300 AMD launcher that command relied on."""
+docs/reference/dsv4-flash-and-miles.md) plus the defaults of the PR #1300 AMD launcher that command relied on."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from perfmodel.sim.invariants import check_parts_non_negative
 
 GB = 1e9
 
-# DSV4 SGLang decode state ([BLOG-DAY0] in /work/shared/reference/dsv4-flash-and-miles.md 1.3): every layer keeps
+# DSV4 SGLang decode state ([BLOG-DAY0] in docs/reference/dsv4-flash-and-miles.md 1.3): every layer keeps
 # the last 128 raw tokens (SWA) per request; compression-state rings hold C4: 8 and C128: 128 not-yet-compressed
 # entries. The ring entry layout follows the reference Compressor buffers kv_state / score_state of shape
 # [coff * ratio, coff * head_dim] in FP32 (coff = 2 for ratio 4, else 1), whose first dimension gives exactly the
@@ -99,7 +99,7 @@ def kv_bytes_per_token(model: ModelSpec, dtype: str = "bf16", tp: int = 1, inclu
       FP8: 1 byte per element (SGLang fp8_e4m3 KV cache, per-tensor scale).
     * MLA: one latent of kv_lora_rank + qk_rope_head_dim per layer, replicated on every TP rank (SGLang
       MLATokenToKVPool); FP8 1 byte per element.
-    * DSV4 (/work/shared/reference/dsv4-flash-and-miles.md 1.3): every layer attends to a 128-token raw window
+    * DSV4 (docs/reference/dsv4-flash-and-miles.md 1.3): every layer attends to a 128-token raw window
       (a fixed cost per request); CSA layers (ratio 4) add one 512-dim compressed entry per 4 tokens plus one
       indexer key (index_head_dim) per 4 tokens; HCA layers (ratio 128) one 512-dim entry per 128 tokens.
       Replicated over TP (one latent head).

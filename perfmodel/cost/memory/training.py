@@ -59,7 +59,7 @@ COMM_BUFFER_PER_GROUP_BYTES = 4 * 1024**2 * 32 * 2
 # runtime context, kernels and BLAS (cuBLASLt / hipBLASLt) workspaces. On a 288 GB MI355X this gives 15.4 GiB,
 # next to the 16 GiB `--train-memory-margin-bytes` of the Miles AMD launcher used for the seed run (radixark/miles
 # PR #1300 scripts/amd/run_deepseek_v4.py); the later colocated AMD launcher uses 3 GiB (see
-# /work/shared/reference/dsv4-flash-and-miles.md 2.1, 2.2). Override with `margin_bytes=`.
+# docs/reference/dsv4-flash-and-miles.md 2.1, 2.2). Override with `margin_bytes=`.
 MARGIN_FRACTION_OF_HBM = 0.05
 MARGIN_FIXED_BYTES = 2 * GiB
 
@@ -257,7 +257,7 @@ def inflight_per_stage(scn: Scenario, rank: int) -> dict[int, float]:
 
     * 1F1B (PipeDream-Flush): rank r runs pp - r warm-up forwards, so it holds min(m, pp - r) micro-batches
       (Narayanan et al. 2021, arXiv 2104.04473 Sec. 2.2.1: "stashes <= p micro-batches"); ZB-H1 keeps the 1F1B
-      peak (Qi et al. 2023, arXiv 2401.10241; hardware.md section 4: "activation x PP, same as 1F1B").
+      peak (Qi et al. 2023, arXiv 2401.10241; docs/reference/hardware.md section 4: "activation x PP, same as 1F1B").
     * Interleaved (v chunks): Megatron-core's schedule runs (pp - r - 1) x 2 + (v - 1) x g warm-up forwards
       (megatron/core/pipeline_parallel/schedules.py; g = microbatch_group_size_per_vp_stage, default pp), and one
       more forward precedes the first backward, so rank r holds min(m v, 2(pp - r - 1) + (v - 1) g + 1)

@@ -33,7 +33,7 @@ DeepEP-style deduplicated dispatch training can choose; switching is a model cha
 
 KERNEL_FLOOR_S = KERNEL_OVERHEAD_S
 """Fixed GPU time of one kernel (launch, ramp, tail): `perfmodel.cost.compute.KERNEL_OVERHEAD_S`, AMD-AGI/Primus
-projection `kernel_launch_latency` 2.8 us (hardware.md S4), the number the hardware profiles also use for the GEMM
+projection `kernel_launch_latency` 2.8 us (docs/reference/hardware.md S4), the number the hardware profiles also use for the GEMM
 half-efficiency point. Cross-check:
 sgl-project/sglang issue #29960 (DSV4-Flash decode, 2 x RTX PRO 6000, TP2) reports a 12.0 ms GPU span for a graph of
 2,876 nodes whose weight reads take about 3 ms, i.e. about 3 us per node."""
@@ -59,7 +59,7 @@ DEFAULT_RESPONSE_SIGMA = 1.0
 """Assumption: log-space standard deviation of the response-length law when `truncated_fraction` is not given. It
 gives a long tail; with the DAPO-Math GB300 case (mean 3020 of a 4096 cap) it puts 46% of the responses at the cap,
 near the 55-60% truncation the AMD Miles DSV4 blog reports for DAPO-Math at a 4K cap
-(dsv4-flash-and-miles.md section 2.1)."""
+(docs/reference/dsv4-flash-and-miles.md section 2.1)."""
 
 SGLANG_DEFAULT_MAX_RUNNING_REQUESTS = 2048
 """SGLang ModelRunner: without --max-running-requests, max_num_reqs = clamp(pool tokens / context_len x 512, 2048,

@@ -1,6 +1,6 @@
 """Weight update from the Megatron trainer to the SGLang engines: `weight_update_time(scn) -> WeightUpdateResult`.
 
-The Miles sequence (dsv4-flash-and-miles.md section 2.6) and how each part is costed:
+The Miles sequence (docs/reference/dsv4-flash-and-miles.md section 2.6) and how each part is costed:
 
 1. colocated only - **trainer sleep**: torch_memory_saver backs the trainer's BF16 parameters and any GPU-resident
    optimizer state up to host memory over the host link (gradients are dropped, not copied), plus a fixed cost;
@@ -25,7 +25,7 @@ After the rollout, colocated runs release the engine memory and onload the train
 `after_rollout_s`, not in `total_s`.
 
 Bucket calibration (GB300, bobboli/miles experiments/aga_dsv4_flash/EXPERIMENT_LOG_2026-08-10.md, summarised in
-dsv4-flash-and-miles.md section 3.2): colocated CUDA-IPC update of DSV4-Flash (BF16 trainer, FP8 rollout, 32 GB300
+docs/reference/dsv4-flash-and-miles.md section 3.2): colocated CUDA-IPC update of DSV4-Flash (BF16 trainer, FP8 rollout, 32 GB300
 in one NVL72 domain, 8 TP4 engines).
 
 * 256 MiB buckets, 2,130 buckets: steady updates 63.3, 65.4, 66.3, 68.0 s and "updates 2-4 each about 65 s"
@@ -71,7 +71,7 @@ MIB = 2**20
 
 GB300_BUCKET_RUNS: tuple[tuple[float, int, float, str], ...] = (
     (256.0, 2130, 65.0, "steady updates 63.3 / 65.4 / 66.3 / 68.0 s and 'updates 2-4 each about 65 s' "
-                        "(bobboli/miles aga_dsv4_flash EXPERIMENT_LOG_2026-08-10; dsv4-flash-and-miles.md 3.2)"),
+                        "(bobboli/miles aga_dsv4_flash EXPERIMENT_LOG_2026-08-10; docs/reference/dsv4-flash-and-miles.md 3.2)"),
     (64.0, 8537, 150.7, "steady updates 150.6 / 149.8 / 151.8 s (same log; first update 160 s left out)"),
 )
 GB300_REFERENCE_LINK_BYTES_PER_S = 900.0e9

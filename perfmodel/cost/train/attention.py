@@ -118,7 +118,7 @@ def _mla(b: Builder, a: AttentionSpec, s: Shard) -> None:
 
 
 def _dsv4(b: Builder, a: AttentionSpec, s: Shard) -> None:
-    """DeepSeek-V4 hybrid attention (dsv4-flash-and-miles.md 1.3): one latent KV head of dim head_dim shared
+    """DeepSeek-V4 hybrid attention (docs/reference/dsv4-flash-and-miles.md 1.3): one latent KV head of dim head_dim shared
     by all heads (MQA), a raw sliding window on every layer, plus CSA (ratio 4: compressor + lightning indexer
     + top-k sparse attention) or HCA (ratio 128: dense over the compressed entries); grouped output projection."""
     h, tp, prec = a.hidden_size, s.tp, s.precision

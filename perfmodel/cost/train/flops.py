@@ -3,7 +3,7 @@
 `model_flops_per_token(model, seq_len)` is forward + backward = 3 x forward, model FLOPs only (no recompute,
 no router, norms, softmax or mHC mixing), following `num_floating_point_operations` in Megatron-Bridge
 `src/megatron/bridge/training/utils/flop_utils.py` (NeMo 25.11 era, the version behind the performance summary
-of hardware.md 3e), per token:
+of docs/reference/hardware.md 3e), per token:
 
   6 x [ sum over decoder layers (+ MTP layers) of
           attention projections (weights x 1 MAC per token)
@@ -16,7 +16,7 @@ of hardware.md 3e), per token:
 
 MLA (DeepSeek-V3) uses the `multi_latent_attention` branch of the same function; DeepSeek-V4 its
 `dsv4_hybrid` branch (sliding window + compressed/sparse attention, compressor and indexer terms), with this
-model's actual head dims. Checked against the published ratios of hardware.md 3e within 1% (tests/cost).
+model's actual head dims. Checked against the published ratios of docs/reference/hardware.md 3e within 1% (tests/cost).
 Use `layers.forward_work` for hardware FLOPs (windows, causal pairs exactly, recompute).
 """
 

@@ -25,7 +25,7 @@ Conventions (documented once here):
   an all-gather of the hidden state (assumption: no public Megatron DSV4 TP layout was found).
 - FP8 training runs the transformer-layer linears in FP8; attention cores, the router, embedding and LM head
   stay BF16 (TransformerEngine defaults); the DSV4 indexer scores in FP8 only when training in FP8 (the
-  reference inference kernel is FP8; Miles simulates FP8 on BF16 training, dsv4-flash-and-miles.md 1.3).
+  reference inference kernel is FP8; Miles simulates FP8 on BF16 training, docs/reference/dsv4-flash-and-miles.md 1.3).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def ffn_work(f: FFNSpec, s: Shard, imbalance: float = 1.0) -> Work:
 # compress ratio 0 / 4 / 128 layers. At the trace GPU's 8 TB/s x 0.75 (hwprofiles/mi355x.yaml) the means are
 # 20.5 GB and 39.5 GB per layer: 76 and 147 passes per token over the FP32 stream state (hc_mult x hidden x 4 B).
 # Miles' TileKernels fuse part of this (mhc_pre) on NVIDIA; its AMD training path keeps "explicit PyTorch/HIP
-# post-mix" (dsv4-flash-and-miles.md, runtime path table): the measured passes stand for both until a fused trace
+# post-mix" (docs/reference/dsv4-flash-and-miles.md, runtime path table): the measured passes stand for both until a fused trace
 # exists. The time on other GPUs follows their HBM bandwidth.
 HC_ELEMENTWISE_PASSES_FWD = 76.0
 HC_ELEMENTWISE_PASSES_BWD = 147.0

@@ -1,11 +1,11 @@
 """Expert-load imbalance and EP dispatch/combine volumes: the busiest EP rank sets an MoE layer's time.
 
 Learned routing takes a balance factor, max/mean load over EP ranks. The default 1.0 matches force-balanced
-benchmarks (Megatron-Bridge MoE runs "force-balance the token distribution among experts", hardware.md 3e);
+benchmarks (Megatron-Bridge MoE runs "force-balance the token distribution among experts", docs/reference/hardware.md 3e);
 set it from a routing trace for real runs.
 
 Hash-routed layers (DeepSeek-V4's first `num_hash_layers`) look their experts up in a fixed token-id ->
-top_k table (`tid2eid`, shape [vocab_size, top_k]; dsv4-flash-and-miles.md 1.4), so their load follows the
+top_k table (`tid2eid`, shape [vocab_size, top_k]; docs/reference/dsv4-flash-and-miles.md 1.4), so their load follows the
 token-frequency distribution of the batch. Token frequencies follow Zipf's law, p(rank r) ~ r^-s with s close
 to 1 for natural-language words (Piantadosi 2014, "Zipf's word frequency law in natural language: a critical
 review and future directions", Psychon. Bull. Rev. 21:1112-1130). That review is about words, not BPE
@@ -25,7 +25,7 @@ from perfmodel.cost.dtypes import dtype_bytes
 from perfmodel.memo import Memo
 from perfmodel.inputs.model import FFNSpec
 
-DEFAULT_BALANCE_FACTOR = 1.0  # force-balanced benchmarks (hardware.md 3e, S17 page note)
+DEFAULT_BALANCE_FACTOR = 1.0  # force-balanced benchmarks (docs/reference/hardware.md 3e, S17 page note)
 DEFAULT_ZIPF_S = 1.1  # Piantadosi 2014: word-frequency exponent ~1; 1.1 assumed for BPE tokens (see above)
 HASH_SAMPLES = 4  # batches drawn per estimate; max/mean is averaged over them
 HEAD_IDS = 8192  # most frequent token ids sampled individually per batch (the rest in the normal limit)
