@@ -7,7 +7,8 @@ import copy
 import pytest
 
 from perfmodel.memo import Memo
-from perfmodel.cost import ChunkCost, chunk_cost, dp_grad_sync_s, model_flops_per_token, optimizer_step_s, p2p_time_s
+from perfmodel.cost.train.flops import model_flops_per_token
+from perfmodel.cost.train.stage import ChunkCost, chunk_cost, dp_grad_sync_s, optimizer_step_s, p2p_time_s
 from perfmodel.cost.train.moe import MoEAssumptions
 from perfmodel.cost.train.stage import optimizer_params_per_gpu
 from perfmodel.inputs.case import ValidationCase
