@@ -12,16 +12,16 @@ import yaml
 
 from perfmodel.cli import main
 from perfmodel.errors import InputError
-from perfmodel.memory import rollout_memory, training_memory
+from perfmodel.cost.memory.rollout import rollout_memory
+from perfmodel.cost.memory.training import training_memory
 from perfmodel.predict import simulate_scenario
 from perfmodel.inputs.hardware import load_hardware
 from perfmodel.inputs.model import load_model
 from perfmodel.inputs.plan import load_plan
 from perfmodel.inputs.scenario import build_scenario
-from perfmodel.sweep.command import parse_nodes
 from perfmodel.sweep.run import evaluate_candidates
 from perfmodel.sweep.space import enumerate_candidates
-from perfmodel.sweep.spec import SweepSpec, default_sweep_path, load_sweep_spec
+from perfmodel.sweep.spec import SweepSpec, default_sweep_path, load_sweep_spec, parse_nodes
 from tests.conftest import REPO
 
 SEED_PLAN = REPO / "examples" / "seed-mi355x-dsv4.yaml"

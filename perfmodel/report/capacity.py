@@ -1,4 +1,5 @@
-"""`perfmodel report`: the capacity report of one sweep folder, as a self-contained HTML page (and PNGs).
+"""The capacity report of one sweep folder, as a self-contained HTML page (and PNGs); `perfmodel report` and
+`perfmodel sweep` (perfmodel/commands/) write it.
 
 The page works offline: plotly.js is inlined once (no CDN, no other file), every figure is a plotly div. Sections:
 the sweep at a glance, 1. ranked layouts, 2. step-time breakdown, 3. capacity curve (step time and GPU-hours per
@@ -10,7 +11,6 @@ of the best plan, 6. predicted vs measured (when measurements exist).
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import re
@@ -28,34 +28,6 @@ SECTIONS = (("ranked", "1. Ranked layouts"), ("breakdown", "2. Where the step ti
             ("timeline", "5. Timeline of the best plan"), ("measured", "6. Predicted vs measured"))
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True,
                  "toImageButtonOptions": {"format": "png", "scale": 2}}
-
-
-# ------------------------------------------------------------------------------------------------ the command
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "report", help="write the capacity report (HTML, optional PNGs) of a sweep output folder",
-        description="Read a `perfmodel sweep` output folder (candidates.csv, summary.json, best_trace.json, "
-        "optional measured.json) and write one self-contained HTML page that works offline: ranked layouts, "
-        "step-time breakdown, capacity curve, memory against capacity, the best plan's simulated timeline, and "
-        "predicted vs measured when measurements exist.")
-    p.add_argument("sweep_dir", metavar="SWEEP_DIR", help="output folder of perfmodel sweep")
-    p.add_argument("--out", metavar="FILE.html", help=f"HTML file to write (default: SWEEP_DIR/{REPORT_NAME})")
-    p.add_argument("--png", metavar="DIR", help="also write each figure as a PNG into DIR (needs kaleido >= 1.0 "
-                   "and Chrome/Chromium; set BROWSER_PATH if it is not on PATH)")
-    p.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N",
-                   help=f"layouts in the table, breakdown and memory charts (default {DEFAULT_TOP})")
-    p.add_argument("--measured", metavar="FILE.json", help="measurements: a JSON list of {phase, predicted, "
-                   "measured, run, step} (default: SWEEP_DIR/measured.json when present)")
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    path = build_report(args.sweep_dir, out_html=args.out, png_dir=args.png, measurements=args.measured,
-                        top=args.top)
-    print(f"report written to {path}")
-    if args.png:
-        print(f"figures written to {args.png}")
-    return 0
 
 
 # ------------------------------------------------------------------------------------------------ the report

@@ -44,7 +44,7 @@ def describe_candidate(c: Candidate) -> dict[str, Any]:
     ro = rl.get("rollout") or {}
     return {
         "index": c.index, "nodes": c.nodes, "gpus": run["gpus"], "label": c.label(),
-        "placement": rl.get("placement", "none"), "actor_gpus": rl.get("actor_gpus", run["gpus"]),
+        "placement": rl.get("placement", ""), "actor_gpus": rl.get("actor_gpus", run["gpus"]),
         "rollout_gpus": rl.get("rollout_gpus", 0), "async": int(bool(rl.get("async"))),
         **{k: lay.get(k, 1) for k in ("tp", "pp", "cp", "ep", "etp", "vpp")},
         "schedule": t.get("schedule", "1f1b"), "recompute": t.get("recompute", "none"),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from perfmodel.errors import InputError
 from perfmodel.inputs.loading import parse, read_mapping
 from perfmodel.inputs.run import ModelRef
 
@@ -65,3 +67,25 @@ def load_sweep_spec(path: str | Path) -> SweepSpec:
 
 def default_sweep_path() -> Path:
     return Path(__file__).resolve().parent.parent / "defaults" / "seed-sweep.yaml"
+
+
+def parse_nodes(text: str) -> tuple[int, ...]:
+    """SweepSpec.nodes from text: '4-64' (the powers of two from 4 to 64), '4,8,16' or '8'."""
+    text = text.strip()
+    m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", text)
+    if m:
+        lo, hi = int(m.group(1)), int(m.group(2))
+        if lo < 1 or hi < lo:
+            raise InputError("--nodes", "", f"bad range {text!r}; use e.g. 4-64")
+        out, n = [], lo
+        while n <= hi:
+            out.append(n)
+            n *= 2
+        return tuple(out)
+    try:
+        vals = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise InputError("--nodes", "", f"{text!r} is not a node count list; use e.g. 4-64 or 4,8,16") from None
+    if any(v < 1 for v in vals):
+        raise InputError("--nodes", "", "node counts must be >= 1")
+    return vals

@@ -34,27 +34,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def parse_nodes(text: str) -> tuple[int, ...]:
-    text = text.strip()
-    m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", text)
-    if m:
-        lo, hi = int(m.group(1)), int(m.group(2))
-        if lo < 1 or hi < lo:
-            raise InputError("--nodes", "", f"bad range {text!r}; use e.g. 4-64")
-        out, n = [], lo
-        while n <= hi:
-            out.append(n)
-            n *= 2
-        return tuple(out)
-    try:
-        vals = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise InputError("--nodes", "", f"{text!r} is not a node count list; use e.g. 4-64 or 4,8,16") from None
-    if any(v < 1 for v in vals):
-        raise InputError("--nodes", "", "node counts must be >= 1")
-    return vals
-
-
 def _plan_for(row: dict[str, Any], run: dict[str, Any], hw_calibration: str, spec_label: str) -> Any:
     from perfmodel.inputs.plan import Plan
 
@@ -74,19 +53,19 @@ def _plan_for(row: dict[str, Any], run: dict[str, Any], hw_calibration: str, spe
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
     from rich.table import Table
 
     from perfmodel.calibration import apply_calibration_file
     from perfmodel.inputs.hardware import load_hardware
     from perfmodel.inputs.plan import dump_plan
-    from perfmodel.inputs.scenario import resolve_model
     from perfmodel.inputs.run import RunSpec
+    from perfmodel.inputs.scenario import resolve_model
     from perfmodel.sweep.cache import ResultCache, default_cache_path
     from perfmodel.sweep.run import evaluate_candidates, write_csv, write_summary
     from perfmodel.sweep.space import enumerate_candidates
-    from perfmodel.sweep.spec import default_sweep_path, load_sweep_spec
+    from perfmodel.sweep.spec import default_sweep_path, load_sweep_spec, parse_nodes
 
     console = Console()
     if not console.is_terminal:  # logs and pipes: wide enough for the plan table

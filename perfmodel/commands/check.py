@@ -1,0 +1,34 @@
+"""`perfmodel check`: check a case or plan file against every layout rule and print the resolved layout."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser("check", help="check a case or plan file and print the resolved layout",
+                       description="Load a validation case or plan, check every layout rule against the model and "
+                       "hardware, and print the derived dp, pipeline split and micro-batch count.")
+    c.add_argument("path", metavar="FILE", help="a validation case or plan YAML")
+    c.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from perfmodel.inputs.run_file import load_run_file
+    from perfmodel.inputs.scenario import build_scenario
+
+    run_file = load_run_file(args.path)  # not `run`: that is this handler's name
+    s = build_scenario(run_file, source=args.path)
+    lay = s.layout.model_copy(update={"dp": s.dp})
+    print(f"{args.path}: {run_file.kind} {s.model.id or s.model.family} on {run_file.gpus} x {s.hardware.id}")
+    print(f"  training layout   {lay.short()} (expert-DP {s.expert_dp}), schedule {s.schedule}")
+    print(f"  pipeline split    {','.join(map(str, s.stage_layers))} ({s.split_note})")
+    print(f"  micro-batches     {s.num_microbatches} per DP rank"
+          + (" (upper bound: packed by max_tokens_per_gpu)" if s.train.max_tokens_per_gpu else ""))
+    if run_file.rl is not None:
+        ro = run_file.rl.rollout
+        engines = run_file.rl.rollout_gpus // ro.engine_gpus
+        print(f"  rollout           {engines} engines x {ro.engine_gpus} GPUs (TP{ro.tp}/EP{ro.ep}/DP{ro.dp}"
+              f"{' dp-attention' if ro.dp_attention else ''}), {run_file.rl.placement}"
+              f"{' async' if run_file.rl.async_ else ''}")
+    return 0

@@ -1,0 +1,113 @@
+"""`perfmodel simulate`: one training or RL step of a run given as a file and/or flags."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING, Any
+
+from perfmodel.errors import InputError
+
+if TYPE_CHECKING:  # pydantic models: imported only when a command runs
+    from perfmodel.inputs.run import RunSpec
+
+LAYOUT_FLAGS = ("tp", "pp", "cp", "ep", "etp", "vpp", "dp")
+TRAIN_FLAGS = {"seq_len": int, "global_batch": int, "micro_batch": int, "max_tokens_per_gpu": int}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate", help="simulate one training (or RL) step and show where the time goes",
+        description="Simulate one step of a run. FILE (a validation case, plan or run YAML) gives the base; "
+        "flags override its fields. Without FILE, --hardware, --model, --gpus, --seq-len and --global-batch "
+        "describe a pretraining step.")
+    p.add_argument("file", nargs="?", metavar="FILE", help="case, plan or run YAML")
+    p.add_argument("--hardware", help="hardware id (perfmodel hardware) or profile YAML")
+    p.add_argument("--model", help="catalogue id (perfmodel models) or a Hugging Face config.json path")
+    p.add_argument("--gpus", type=int, help="GPUs of the run")
+    for f in LAYOUT_FLAGS:
+        p.add_argument(f"--{f}", type=int, help=f"training {f.upper()} degree")
+    for f, typ in TRAIN_FLAGS.items():
+        p.add_argument(f"--{f.replace('_', '-')}", dest=f, type=typ)
+    p.add_argument("--precision", choices=["bf16", "fp8"])
+    p.add_argument("--schedule", choices=["1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev"])
+    p.add_argument("--recompute", choices=["none", "selective", "full"])
+    p.add_argument("--calibration", help="calibration overlay YAML (from perfmodel calibrate)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON of the simulated step")
+    p.set_defaults(func=run)
+
+
+def _overrides(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
+    if args.hardware:
+        data["hardware"] = args.hardware
+    if args.model:
+        if args.model.endswith(".json"):
+            from perfmodel.inputs.loading import read_mapping
+
+            data["model"] = {"hf_config": read_mapping(args.model)}
+        else:
+            data["model"] = {"id": args.model}
+    if args.gpus:
+        data["gpus"] = args.gpus
+    train = data.setdefault("train", {})
+    layout = train.setdefault("layout", {})
+    changed_layout = False
+    for f in LAYOUT_FLAGS:
+        v = getattr(args, f)
+        if v is not None:
+            layout[f] = v
+            changed_layout = True
+    if changed_layout and args.dp is None:
+        layout.pop("dp", None)  # re-derive
+    for f in TRAIN_FLAGS:
+        v = getattr(args, f)
+        if v is not None:
+            train[f] = v
+    for f in ("precision", "schedule", "recompute"):
+        v = getattr(args, f)
+        if v is not None:
+            train[f] = v
+    if changed_layout and args.schedule is None and "schedule" in train:
+        train.pop("schedule")
+    data.setdefault("kind", "pretrain")
+    return data
+
+
+def load_run_for_simulation(args: argparse.Namespace) -> tuple[RunSpec, str]:
+    from perfmodel.inputs.loading import parse
+    from perfmodel.inputs.run import RunSpec
+    from perfmodel.inputs.run_file import load_run_file
+
+    source = args.file or "<flags>"
+    data: dict[str, Any] = {}
+    if args.file:  # a case or a plan, checked as what it is; only its run part is simulated
+        data = load_run_file(args.file).model_dump(mode="json", by_alias=True, exclude_none=True,
+                                                   include=set(RunSpec.model_fields))
+    data = _overrides(args, data)
+    if not args.file:
+        for need in ("hardware", "model", "gpus"):
+            if need not in data:
+                raise InputError(source, f"--{need}", "required without FILE")
+    return parse(RunSpec, data, source), source
+
+
+def run(args: argparse.Namespace) -> int:
+    from perfmodel.calibration import apply_calibration_file
+    from perfmodel.predict import simulate_run
+    from perfmodel.report.text import print_result
+
+    run_spec, source = load_run_for_simulation(args)
+    hw = apply_calibration_file(args.calibration, run_spec.hardware, source) if args.calibration else None
+    result = simulate_run(run_spec, source=source, hardware=hw, record_trace=bool(args.trace))
+    if args.trace:
+        from perfmodel.trace import write_trace
+
+        write_trace(result.spans(), args.trace)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print_result(result)
+        if args.trace:
+            print(f"trace written to {args.trace} (open in https://ui.perfetto.dev)")
+    return 0

@@ -1,0 +1,67 @@
+"""`perfmodel validate`: score the model against measured runs (validation case YAML files)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from perfmodel.errors import InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    v = sub.add_parser("validate", help="score the model against measured runs (validation case YAML files)",
+                       description="Predict every measured figure of each case and report the relative error. "
+                       "Cases the model cannot predict are listed with the reason and counted as failed.")
+    v.add_argument("paths", nargs="*", metavar="PATH",
+                   help="case files or folders of *.yaml (default: the bundled public cases)")
+    v.add_argument("--json", action="store_true", help="print {cases, failed, summary} as JSON")
+    v.add_argument("--calibration", action="append", metavar="FILE",
+                   help="calibration overlay (perfmodel calibrate) for the cases on its hardware; repeatable")
+    v.set_defaults(func=run)
+
+
+def _fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def _fmt_num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.4g}" if abs(x) < 1e6 else f"{x:.4e}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from perfmodel.validate import default_cases_dir, run_validation, validation_json
+
+    paths = args.paths
+    if not paths:
+        d = default_cases_dir()
+        if d is None:
+            raise InputError("", "PATH", "give case files or folders (no bundled cases found)")
+        paths = [str(d)]
+    report = run_validation(paths, args.calibration)
+    if args.json:
+        print(json.dumps(validation_json(report), indent=2))
+        return 0
+    console = Console()
+    table = Table(title="perfmodel validate", show_lines=False)
+    for col in ("case", "metric", "measured", "predicted", "error"):
+        table.add_column(col, justify="left" if col in ("case", "metric") else "right")
+    for row in report["cases"]:
+        table.add_row(row["id"], row["metric"], _fmt_num(row["measured"]), _fmt_num(row["predicted"]),
+                      _fmt_pct(row["rel_error"]))
+    console.print(table)
+    for f in report["failed"]:
+        console.print(f"[yellow]not predicted[/]: {f['id']}: {f['reason']}", soft_wrap=True)
+    s = report["summary"]
+    line = (f"{s['cases']} cases, {s['failed_cases']} not predicted; scored metrics n={s['n']}, "
+            f"mean |error| {_fmt_pct(s['mean_abs_rel_error'])}, max |error| {_fmt_pct(s['max_abs_rel_error'])}")
+    console.print(line.replace("+", ""), soft_wrap=True)
+    for kind, ks in s["by_kind"].items():
+        console.print(f"  {kind}: n={ks['n']}, mean |error| {_fmt_pct(ks['mean_abs_rel_error'])}, "
+                      f"max |error| {_fmt_pct(ks['max_abs_rel_error'])}, not predicted {ks['failed_cases']}"
+                      .replace("+", ""), soft_wrap=True)
+    return 0
