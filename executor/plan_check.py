@@ -15,10 +15,15 @@ import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from perfmodel.errors import InputError
 from perfmodel.inputs.loading import parse
 from perfmodel.inputs.plan import Plan, load_plan
+
+if TYPE_CHECKING:
+    from executor.backends.local.tiny_model import TinyArch
+    from perfmodel.inputs.job import RLSpec
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,23 @@ class CheckedPlan:
 
 
 def check_plan(path: str | Path, machine: Machine | None = None, need_software: bool = True) -> CheckedPlan:
+    # Each helper raises the first problem it finds, in this order: a plan with several problems always reports
+    # the same one.
     src = str(path)
+    plan, rl, arch = _check_plan_and_model(src, path)
+    machine = machine or Machine.this()  # probed only once the plan itself is valid (this imports torch)
+    on_cpu = machine.gpus == 0
+    processes = _check_processes(src, plan, rl, machine, on_cpu)
+    dp = _check_layout(src, plan, arch, processes, on_cpu)
+    _check_batches(src, plan, rl, arch, dp)
+    _check_rollout(src, rl, on_cpu)
+    if need_software:
+        _check_software(src)
+    return CheckedPlan(plan=plan, path=Path(path), processes=processes, dp=dp)
+
+
+def _check_plan_and_model(src: str, path: str | Path) -> tuple[Plan, RLSpec, TinyArch]:
+    """The plan file, the backend and its options, a GRPO job and a model the local backend builds."""
     plan = load_plan(path)
     if plan.executor.backend != "local":
         raise InputError(src, "executor.backend", f"'{plan.executor.backend}' plans are not launched here; "
@@ -66,11 +87,11 @@ def check_plan(path: str | Path, machine: Machine | None = None, need_software: 
     except ValueError as err:
         field, _, msg = str(err).partition(": ")
         raise InputError(src, f"model.hf_config.{field}", msg) from None
+    return plan, plan.rl, arch
 
-    machine = machine or Machine.this()
-    rl = plan.rl
-    lay = plan.train.layout
-    on_cpu = machine.gpus == 0
+
+def _check_processes(src: str, plan: Plan, rl: RLSpec, machine: Machine, on_cpu: bool) -> int:
+    """Colocated placement on this machine's hardware: returns the number of trainer processes."""
     processes = rl.actor_gpus if rl.placement == "disaggregated" else plan.gpus
     if rl.placement != "colocated":
         raise InputError(src, "rl.placement", "the local backend runs colocated (trainer and engine share the machine)")
@@ -83,6 +104,12 @@ def check_plan(path: str | Path, machine: Machine | None = None, need_software: 
         raise InputError(src, "gpus", f"{processes} trainer processes but this machine has {limit} {what}")
     if rl.actor_gpus != processes:
         raise InputError(src, "rl.actor_gpus", f"colocated: must equal gpus ({processes}), got {rl.actor_gpus}")
+    return processes
+
+
+def _check_layout(src: str, plan: Plan, arch: TinyArch, processes: int, on_cpu: bool) -> int:
+    """The trainer's parallel layout and schedule against the processes and the model: returns dp."""
+    lay = plan.train.layout
     if on_cpu and lay.tp != 1:
         raise InputError(src, "train.layout.tp", f"tensor parallelism needs GPUs; use tp: 1 on a CPU (got {lay.tp})")
     for name in ("cp", "etp", "vpp"):
@@ -106,7 +133,11 @@ def check_plan(path: str | Path, machine: Machine | None = None, need_software: 
     if plan.train.moe_dispatcher != "alltoall":
         raise InputError(src, "train.moe_dispatcher", "the local backend runs megatron's alltoall dispatcher "
                          "(DeepEP needs GPUs): set moe_dispatcher: alltoall")
+    return dp
 
+
+def _check_batches(src: str, plan: Plan, rl: RLSpec, arch: TinyArch, dp: int) -> None:
+    """Batch sizes split evenly over optimizer steps, DP ranks and micro-batches; sequences fit the model."""
     samples = rl.prompts_per_step * rl.samples_per_prompt
     if samples % plan.train.global_batch:
         raise InputError(src, "train.global_batch", f"must divide prompts_per_step x samples_per_prompt ({samples})")
@@ -120,12 +151,18 @@ def check_plan(path: str | Path, machine: Machine | None = None, need_software: 
     if plan.train.seq_len < need:
         raise InputError(src, "train.seq_len", f"needs at least {need} (prompt + response_tokens.max)")
     if arch.max_position_embeddings < plan.train.seq_len:
-        raise InputError(src, "model.hf_config.max_position_embeddings", f"must be >= train.seq_len ({plan.train.seq_len})")
+        raise InputError(src, "model.hf_config.max_position_embeddings",
+                         f"must be >= train.seq_len ({plan.train.seq_len})")
+
+
+def _check_rollout(src: str, rl: RLSpec, on_cpu: bool) -> None:
+    """One engine beside the trainer, a bounded KV pool, a colocated weight update, synchronous GRPO."""
     ro = rl.rollout
     if (ro.tp, ro.ep, ro.dp, ro.engine_gpus) != (1, 1, 1, 1) and on_cpu:
         raise InputError(src, "rl.rollout", "on a CPU the engine runs alone: engine_gpus, tp, ep, dp must be 1")
     if ro.max_total_tokens is None:
-        raise InputError(src, "rl.rollout.max_total_tokens", "bound the KV pool (SGLang otherwise takes most of the RAM)")
+        raise InputError(src, "rl.rollout.max_total_tokens",
+                         "bound the KV pool (SGLang otherwise takes most of the RAM)")
     if ro.kv_cache_dtype == "fp8" and on_cpu:
         raise InputError(src, "rl.rollout.kv_cache_dtype", "an FP8 KV cache needs a GPU; use bf16 or leave it out")
     if rl.weight_update.mode == "broadcast":
@@ -133,11 +170,12 @@ def check_plan(path: str | Path, machine: Machine | None = None, need_software: 
                          "(update_weights_from_tensor) or disk (update_weights_from_disk)")
     if rl.async_:
         raise InputError(src, "rl.async", "the local backend runs synchronous GRPO")
-    if need_software:
-        for module, pkg in (("sglang", "sglang==0.5.23"), ("megatron.core", "megatron-core==0.16.1")):
-            if _missing(module):
-                raise InputError(src, "executor.backend", f"local needs {pkg}: pip install 'perfmodel[exec]'")
-    return CheckedPlan(plan=plan, path=Path(path), processes=processes, dp=dp)
+
+
+def _check_software(src: str) -> None:
+    for module, pkg in (("sglang", "sglang==0.5.23"), ("megatron.core", "megatron-core==0.16.1")):
+        if _missing(module):
+            raise InputError(src, "executor.backend", f"local needs {pkg}: pip install 'perfmodel[exec]'")
 
 
 def _missing(module: str) -> bool:

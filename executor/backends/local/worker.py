@@ -11,16 +11,29 @@ step records (through the measurement sink into the store), the trace and the pr
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import random
 import signal
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from executor.backends.local.cpu_shims import apply_megatron_shims, needs_cpu_shims
+
+if TYPE_CHECKING:
+    from executor.backends.local.options import LocalOptions
+    from executor.backends.local.rollout import RolloutEngine
+    from executor.backends.local.tiny_model import TinyArch
+    from executor.backends.local.trainer import TrainBatch, Trainer
+    from executor.backends.local.weight_update import WeightUpdateResult
+    from executor.measurement_sink import MeasurementSink
+    from executor.trace import TraceWriter
+    from perfmodel.inputs.job import RLSpec
+    from perfmodel.inputs.plan import Plan
 
 
 def _vm_hwm_bytes(pid: int) -> int:
@@ -41,18 +54,94 @@ def _engine_peak_rss_bytes() -> int:
     return sum(_vm_hwm_bytes(c.pid) for c in psutil.Process().children(recursive=True))
 
 
+# Imported by `run` up front, in this order: after apply_megatron_shims (megatron-core must be patched before its
+# first import) and before any timing, so no step phase pays for a first import. The helpers' own local imports of
+# these modules are then only cache hits.
+_RUN_MODULES = (
+    "torch", "torch.distributed", "executor.backends.local.grpo", "executor.backends.local.options",
+    "executor.backends.local.task", "executor.backends.local.tiny_model", "executor.backends.local.tokenizer",
+    "executor.backends.local.trainer", "executor.records", "perfmodel.inputs.plan",
+)
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What every rank fixes before the first step."""
+
+    job: dict[str, Any]
+    plan: Plan
+    options: LocalOptions
+    arch: TinyArch
+    rl: RLSpec
+    steps: int
+    run_dir: Path
+    rank: int
+    world: int
+    trainer: Trainer
+    dp: int
+    dp_rank: int
+    samples_per_step: int
+    optimizer_steps: int
+
+
+@dataclass
+class _Driver:
+    """Rank 0's resources; the engine is stored as soon as it starts, so `run`'s cleanup shuts it down even when
+    the first weight update fails."""
+
+    sink: MeasurementSink
+    trace: TraceWriter
+    engine: RolloutEngine | None = None  # started by _start_engine, before the first step
+
+
+@dataclass
+class _StepClock:
+    """One step's phases back to back: each lap ends a phase (time.time()) and the next one starts there."""
+
+    start: float
+    spans: list[tuple[str, float, float, str]] = field(default_factory=list)  # (name, start, duration, lane)
+    ends: dict[str, float] = field(default_factory=dict)  # phase name -> its end
+
+    def lap(self, name: str, lane: str) -> None:
+        now = time.time()
+        begin = self.ends[self.spans[-1][0]] if self.spans else self.start
+        self.spans.append((name, begin, now - begin, lane))
+        self.ends[name] = now
+
+
 def run(job: dict[str, Any]) -> None:
     apply_megatron_shims()
+    for module in _RUN_MODULES:
+        importlib.import_module(module)
+    import torch.distributed as dist  # noqa: PLC0415
+
+    setup = _setup(job)
+    driver = _open_driver(setup)  # None off rank 0
+    try:
+        _start_engine(setup, driver)
+        dist.barrier()
+
+        rng = random.Random(setup.options.seed)
+        for step in range(1, setup.steps + 1):
+            _run_step(setup, driver, rng, step)
+
+        dist.barrier()
+    finally:  # also on errors and SIGTERM from torchrun: never leave SGLang's processes behind
+        if driver is not None and driver.engine is not None:
+            driver.engine.shutdown()
+        if driver is not None:
+            driver.sink.close()
+    dist.destroy_process_group()
+
+
+def _setup(job: dict[str, Any]) -> _Setup:
+    """Load the plan, join the process group and build this rank's share of the Megatron model."""
     import torch  # noqa: PLC0415
     import torch.distributed as dist  # noqa: PLC0415
 
-    from executor.backends.local.grpo import group_advantages, logprob_gap  # noqa: PLC0415
     from executor.backends.local.options import LocalOptions  # noqa: PLC0415
-    from executor.backends.local.task import reward, sample_prompts  # noqa: PLC0415
-    from executor.backends.local.tiny_model import TinyArch, write_hf_checkpoint  # noqa: PLC0415
-    from executor.backends.local.tokenizer import PAD_ID  # noqa: PLC0415
-    from executor.backends.local.trainer import MicroBatchTimes, Trainer, TrainBatch, pack_samples  # noqa: PLC0415
-    from executor.records import MicroBatchTiming, StepRecord  # noqa: PLC0415
+    from executor.backends.local.tiny_model import TinyArch  # noqa: PLC0415
+    from executor.backends.local.trainer import Trainer  # noqa: PLC0415
     from perfmodel.inputs.plan import load_plan  # noqa: PLC0415
 
     plan = load_plan(job["plan_path"])
@@ -70,156 +159,206 @@ def run(job: dict[str, Any]) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(options.torch_threads or max(1, (os.cpu_count() or 1) // world))
     trainer = Trainer(arch, layout.pp, layout.ep, plan.train.micro_batch, plan.train.global_batch, options)
-    dp, dp_rank = trainer.dp_size, trainer.dp_rank
     samples_per_step = rl.prompts_per_step * rl.samples_per_prompt
-    optimizer_steps = samples_per_step // plan.train.global_batch
+    return _Setup(job=job, plan=plan, options=options, arch=arch, rl=rl, steps=steps, run_dir=run_dir, rank=rank,
+                  world=world, trainer=trainer, dp=trainer.dp_size, dp_rank=trainer.dp_rank,
+                  samples_per_step=samples_per_step, optimizer_steps=samples_per_step // plan.train.global_batch)
 
-    sink = trace = engine = None
+
+def _open_driver(setup: _Setup) -> _Driver | None:
+    """Rank 0: the measurement sink and the trace (its time origin is now); None on the other ranks."""
     origin = time.time()
-    if rank == 0:
-        from executor.measurement_sink import MeasurementSink  # noqa: PLC0415
-        from executor.trace import TraceWriter  # noqa: PLC0415
+    if setup.rank != 0:
+        return None
+    from executor.measurement_sink import MeasurementSink  # noqa: PLC0415
+    from executor.trace import TraceWriter  # noqa: PLC0415
 
-        sink = MeasurementSink.open(job["store_path"])
-        trace = TraceWriter(run_dir / "trace.json", origin)
+    sink = MeasurementSink.open(setup.job["store_path"])
+    return _Driver(sink=sink, trace=TraceWriter(setup.run_dir / "trace.json", origin))
 
-    try:
-        # ---- initial checkpoint (Megatron's random init, in HF format) and the engine
-        t0 = time.time()
-        init_tensors = trainer.hf_tensors_on_rank0()
-        if rank == 0:
-            from executor.backends.local.rollout import RolloutEngine  # noqa: PLC0415
-            from executor.backends.local.weight_update import push_weights  # noqa: PLC0415
 
-            write_hf_checkpoint(run_dir / "hf_init", arch, init_tensors)
-            t1 = time.time()
-            max_tokens = rl.rollout.max_total_tokens or 4096
-            engine = RolloutEngine(run_dir / "hf_init", max_tokens, rl.rollout.max_running_requests, options.seed,
-                                   rl.rollout.mem_fraction_static)
-            t2 = time.time()
-            first = push_weights(engine, init_tensors, rl.rollout.precision, rl.weight_update.mode, arch,
-                                 run_dir / "hf_update")
-            t3 = time.time()
-            trace.span("write_hf_checkpoint", t0, t1 - t0, lane="driver")
-            trace.span("engine_start", t1, t2 - t1, lane="rollout")
-            trace.span("initial_weight_update", t2, t3 - t2, lane="driver", engine_format=first.engine_format)
-            sink.update_run_info(job["run_id"], engine_start_s=engine.start_s, initial_weight_update_s=t3 - t2,
-                                 rollout_precision=rl.rollout.precision, engine_weight_format=first.engine_format,
-                                 weight_update_mode=rl.weight_update.mode, world_size=world,
-                                 layout={"tp": layout.tp, "pp": layout.pp, "ep": layout.ep, "dp": dp},
-                                 optimizer_steps_per_rollout=optimizer_steps, task=options.task)
-            print(f"[executor] engine ready in {engine.start_s:.1f} s; rollout weights: {first.engine_format}", flush=True)
-        dist.barrier()
+def _start_engine(setup: _Setup, driver: _Driver | None) -> None:
+    """Initial checkpoint (Megatron's random init, in HF format), SGLang on it, and the first weight update."""
+    from executor.backends.local.tiny_model import write_hf_checkpoint  # noqa: PLC0415
 
-        rng = random.Random(options.seed)
-        for step in range(1, steps + 1):
-            step_t0 = time.time()
-            spans: list[tuple[str, float, float, str]] = []
-            payload: list[Any] = [None]
-            # ---- rollout (rank 0)
-            if rank == 0:
-                prompts = sample_prompts(options.task, rng, rl.prompts_per_step)
-                expanded = [p for p in prompts for _ in range(rl.samples_per_prompt)]
-                gens = engine.generate([p.token_ids for p in expanded], rl.response_tokens.max, options.temperature)
-                rewards = torch.tensor([reward(g.response_text, p.answer) for g, p in zip(gens, expanded)])
-                adv = group_advantages(rewards, rl.samples_per_prompt, options.std_normalize)
-                tokens, plen, rlen = pack_samples([p.token_ids for p in expanded], [g.response_ids for g in gens], PAD_ID)
-                payload = [{
-                    "tokens": tokens, "prompt_lengths": plen, "response_lengths": rlen, "advantages": adv.tolist(),
-                    "rollout_log_probs": [g.log_probs for g in gens],
-                    "rewards": rewards.tolist(),
-                    "examples": [{"prompt": p.text, "answer": p.answer, "response": g.response_text, "reward": float(r)}
-                                 for p, g, r in list(zip(expanded, gens, rewards.tolist()))[:: rl.samples_per_prompt][:4]],
-                }]
-            t_roll = time.time()
-            spans.append(("rollout", step_t0, t_roll - step_t0, "rollout"))
-            dist.broadcast_object_list(payload, src=0)
-            data = payload[0]
-            t_bcast = time.time()
-            spans.append(("broadcast_batch", t_roll, t_bcast - t_roll, "train"))
+    t0 = time.time()
+    init_tensors = setup.trainer.hf_tensors_on_rank0()  # a collective: every rank takes part
+    if driver is None:
+        return
+    from executor.backends.local.rollout import RolloutEngine  # noqa: PLC0415
+    from executor.backends.local.weight_update import push_weights  # noqa: PLC0415
 
-            idx = list(range(dp_rank, samples_per_step, dp))  # this DP rank's share
-            local = TrainBatch(data["tokens"][idx], [data["prompt_lengths"][i] for i in idx],
-                               [data["response_lengths"][i] for i in idx], [data["advantages"][i] for i in idx],
-                               [data["rollout_log_probs"][i] for i in idx])
-            # ---- old-policy log-probs (Megatron forward only)
-            lp_times, train_times = MicroBatchTimes(), MicroBatchTimes()
-            local.old_log_probs = trainer.compute_log_probs(local, lp_times)
-            t_lp = time.time()
-            spans.append(("log_probs", t_bcast, t_lp - t_bcast, "train"))
-            gap_part = None
-            if trainer.is_last_stage:
-                g = logprob_gap(local.old_log_probs, local.rollout_log_probs)
-                n = len(local)
-                gap_part = (g["train_rollout_logprob_abs_diff"] * n, g["train_rollout_kl"] * n, n)
-            # ---- train
-            if not trainer.is_last_stage:
-                local.old_log_probs = [torch.zeros(r) for r in local.response_lengths]
-            train_stats = trainer.train(local, optimizer_steps, train_times)
-            t_train = time.time()
-            spans.append(("train", t_lp, t_train - t_lp, "train"))
-            # ---- weights -> engine
-            tensors = trainer.hf_tensors_on_rank0()
-            t_gather = time.time()
-            spans.append(("gather_weights", t_train, t_gather - t_train, "train"))
-            wu = None
-            if rank == 0:
-                wu = push_weights(engine, tensors, rl.rollout.precision, rl.weight_update.mode, arch, run_dir / "hf_update")
-            t_wu = time.time()
-            spans.append(("update_engine", t_gather, t_wu - t_gather, "rollout"))
-            # ---- collect per-rank measurements on rank 0
-            mine = {"rank": rank, "gap": gap_part, "train_stats": train_stats if trainer.is_last_stage else None,
-                    "lp_times": lp_times, "train_times": train_times, "spans": spans,
-                    "rss": trainer.peak_rss_bytes()}
-            gathered: list[Any] = [None] * world if rank == 0 else []
-            dist.gather_object(mine, gathered if rank == 0 else None, dst=0)
-            step_end = time.time()
-            if rank == 0:
-                parts = [m for m in gathered if m["gap"] is not None]
-                n = sum(p["gap"][2] for p in parts)
-                abs_diff = sum(p["gap"][0] for p in parts) / n
-                kl = sum(p["gap"][1] for p in parts) / n
-                stats_parts = [m["train_stats"] for m in gathered if m["train_stats"]]
-                train_summary = {k: sum(s[k] for s in stats_parts) / len(stats_parts) for k in stats_parts[0]}
-                micro = []
-                for m in gathered:
-                    for name, t in (("log_probs", m["lp_times"]), ("train", m["train_times"])):
-                        for i, f in enumerate(t.forward_s):
-                            b = t.backward_s[i] if i < len(t.backward_s) else None
-                            micro.append(MicroBatchTiming(m["rank"], name, i, f, b))
-                    for span in m["spans"]:
-                        trace.span(span[0], span[1], span[2], pid=m["rank"], lane=span[3], step=step)
-                rewards = torch.tensor(data["rewards"])
-                response_tokens = sum(data["response_lengths"])
-                record = StepRecord(
-                    step=step, started_at=step_t0,
-                    phases_s={"rollout": t_roll - step_t0, "log_probs": t_lp - t_bcast, "train": t_train - t_lp,
-                              "weight_update": t_wu - t_train, "offload": None, "onload": None,
-                              "step": step_end - step_t0},
-                    tokens={"prompt": sum(data["prompt_lengths"]), "response": response_tokens,
-                            "train": int(data["tokens"].numel())},
-                    reward_mean=float(rewards.mean()), reward_std=float(rewards.std()),
-                    train_rollout_logprob_abs_diff=abs_diff, train_rollout_kl=kl,
-                    rollout_log_prob_mean=sum(float(t.mean()) for t in data["rollout_log_probs"])
-                    / len(data["rollout_log_probs"]),
-                    train_stats=train_summary,
-                    weight_update={**wu.__dict__, "gather_s": t_gather - t_train},
-                    peak_rss_bytes={**{f"rank{m['rank']}": m["rss"] for m in gathered}, "engine": _engine_peak_rss_bytes()},
-                    micro_batches=micro, samples=data["examples"],
-                )
-                trace.span(f"step {step}", step_t0, step_end - step_t0, lane="step")
-                sink.write_step(job["run_id"], record)
-                trace.flush()
-                print(f"[executor] step {step}/{steps}: {step_end - step_t0:.2f} s, reward {record.reward_mean:.3f}, "
-                      f"logprob_abs_diff {abs_diff:.4f}, rollout_kl {kl:.5f}", flush=True)
+    rl, run_dir, layout = setup.rl, setup.run_dir, setup.plan.train.layout
+    write_hf_checkpoint(run_dir / "hf_init", setup.arch, init_tensors)
+    t1 = time.time()
+    max_tokens = rl.rollout.max_total_tokens or 4096
+    engine = driver.engine = RolloutEngine(run_dir / "hf_init", max_tokens, rl.rollout.max_running_requests,
+                                           setup.options.seed, rl.rollout.mem_fraction_static)
+    t2 = time.time()
+    first = push_weights(engine, init_tensors, rl.rollout.precision, rl.weight_update.mode, setup.arch,
+                         run_dir / "hf_update")
+    t3 = time.time()
+    driver.trace.span("write_hf_checkpoint", t0, t1 - t0, lane="driver")
+    driver.trace.span("engine_start", t1, t2 - t1, lane="rollout")
+    driver.trace.span("initial_weight_update", t2, t3 - t2, lane="driver", engine_format=first.engine_format)
+    driver.sink.update_run_info(setup.job["run_id"], engine_start_s=engine.start_s, initial_weight_update_s=t3 - t2,
+                                rollout_precision=rl.rollout.precision, engine_weight_format=first.engine_format,
+                                weight_update_mode=rl.weight_update.mode, world_size=setup.world,
+                                layout={"tp": layout.tp, "pp": layout.pp, "ep": layout.ep, "dp": setup.dp},
+                                optimizer_steps_per_rollout=setup.optimizer_steps, task=setup.options.task)
+    print(f"[executor] engine ready in {engine.start_s:.1f} s; rollout weights: {first.engine_format}", flush=True)
 
-        dist.barrier()
-    finally:  # also on errors and SIGTERM from torchrun: never leave SGLang's processes behind
-        if engine is not None:
-            engine.shutdown()
-        if sink is not None:
-            sink.close()
-    dist.destroy_process_group()
+
+def _run_step(setup: _Setup, driver: _Driver | None, rng: random.Random, step: int) -> None:
+    """rollout -> broadcast -> log_probs -> train -> gather weights -> engine update; rank 0 records the step."""
+    import torch.distributed as dist  # noqa: PLC0415
+
+    clock = _StepClock(time.time())
+    data = _rollout_and_broadcast(setup, driver, rng, clock)
+    mine, wu = _train_and_update(setup, driver, data, clock)
+    # ---- collect per-rank measurements on rank 0
+    gathered: list[Any] = [None] * setup.world if setup.rank == 0 else []
+    dist.gather_object(mine, gathered if setup.rank == 0 else None, dst=0)
+    step_end = time.time()
+    if driver is not None:
+        _record_step(setup, driver, step, data, clock, wu, gathered, step_end)
+
+
+def _rollout_and_broadcast(setup: _Setup, driver: _Driver | None, rng: random.Random,
+                           clock: _StepClock) -> dict[str, Any]:
+    """Rank 0 generates and scores the step's batch; every rank receives it."""
+    import torch.distributed as dist  # noqa: PLC0415
+
+    payload: list[Any] = [None]
+    if driver is not None:
+        payload = [_generate_batch(setup, driver, rng)]
+    clock.lap("rollout", "rollout")
+    dist.broadcast_object_list(payload, src=0)
+    clock.lap("broadcast_batch", "train")
+    return payload[0]
+
+
+def _generate_batch(setup: _Setup, driver: _Driver, rng: random.Random) -> dict[str, Any]:
+    """Rank 0: sample prompts, generate with SGLang, reward, group advantages, pack into training rows."""
+    import torch  # noqa: PLC0415
+
+    from executor.backends.local.grpo import group_advantages  # noqa: PLC0415
+    from executor.backends.local.task import reward, sample_prompts  # noqa: PLC0415
+    from executor.backends.local.tokenizer import PAD_ID  # noqa: PLC0415
+    from executor.backends.local.trainer import pack_samples  # noqa: PLC0415
+
+    rl, options, engine = setup.rl, setup.options, driver.engine
+    prompts = sample_prompts(options.task, rng, rl.prompts_per_step)
+    expanded = [p for p in prompts for _ in range(rl.samples_per_prompt)]
+    gens = engine.generate([p.token_ids for p in expanded], rl.response_tokens.max, options.temperature)
+    rewards = torch.tensor([reward(g.response_text, p.answer) for g, p in zip(gens, expanded)])
+    adv = group_advantages(rewards, rl.samples_per_prompt, options.std_normalize)
+    tokens, plen, rlen = pack_samples([p.token_ids for p in expanded], [g.response_ids for g in gens], PAD_ID)
+    # one example per prompt (the first of its group), at most 4, for the store
+    examples = list(zip(expanded, gens, rewards.tolist()))[:: rl.samples_per_prompt][:4]
+    return {
+        "tokens": tokens, "prompt_lengths": plen, "response_lengths": rlen, "advantages": adv.tolist(),
+        "rollout_log_probs": [g.log_probs for g in gens],
+        "rewards": rewards.tolist(),
+        "examples": [{"prompt": p.text, "answer": p.answer, "response": g.response_text, "reward": float(r)}
+                     for p, g, r in examples],
+    }
+
+
+def _dp_share(setup: _Setup, data: dict[str, Any]) -> TrainBatch:
+    """This DP rank's rows of the broadcast batch."""
+    from executor.backends.local.trainer import TrainBatch  # noqa: PLC0415
+
+    idx = list(range(setup.dp_rank, setup.samples_per_step, setup.dp))
+    return TrainBatch(data["tokens"][idx], [data["prompt_lengths"][i] for i in idx],
+                      [data["response_lengths"][i] for i in idx], [data["advantages"][i] for i in idx],
+                      [data["rollout_log_probs"][i] for i in idx])
+
+
+def _train_and_update(setup: _Setup, driver: _Driver | None, data: dict[str, Any],
+                      clock: _StepClock) -> tuple[dict[str, Any], WeightUpdateResult | None]:
+    """log_probs, train and the weight push on this rank: returns its measurements and (rank 0) the update's."""
+    import torch  # noqa: PLC0415
+
+    from executor.backends.local.grpo import logprob_gap  # noqa: PLC0415
+    from executor.backends.local.trainer import MicroBatchTimes  # noqa: PLC0415
+
+    trainer = setup.trainer
+    local = _dp_share(setup, data)
+    # ---- old-policy log-probs (Megatron forward only)
+    lp_times, train_times = MicroBatchTimes(), MicroBatchTimes()
+    local.old_log_probs = trainer.compute_log_probs(local, lp_times)
+    clock.lap("log_probs", "train")
+    gap_part = None
+    if trainer.is_last_stage:
+        g = logprob_gap(local.old_log_probs, local.rollout_log_probs)
+        n = len(local)
+        gap_part = (g["train_rollout_logprob_abs_diff"] * n, g["train_rollout_kl"] * n, n)
+    # ---- train
+    if not trainer.is_last_stage:
+        local.old_log_probs = [torch.zeros(r) for r in local.response_lengths]
+    train_stats = trainer.train(local, setup.optimizer_steps, train_times)
+    clock.lap("train", "train")
+    # ---- weights -> engine
+    tensors = trainer.hf_tensors_on_rank0()
+    clock.lap("gather_weights", "train")
+    wu = None
+    if driver is not None:
+        from executor.backends.local.weight_update import push_weights  # noqa: PLC0415
+
+        wu = push_weights(driver.engine, tensors, setup.rl.rollout.precision, setup.rl.weight_update.mode,
+                          setup.arch, setup.run_dir / "hf_update")
+    clock.lap("update_engine", "rollout")
+    mine = {"rank": setup.rank, "gap": gap_part, "train_stats": train_stats if trainer.is_last_stage else None,
+            "lp_times": lp_times, "train_times": train_times, "spans": clock.spans,
+            "rss": trainer.peak_rss_bytes()}
+    return mine, wu
+
+
+def _record_step(setup: _Setup, driver: _Driver, step: int, data: dict[str, Any], clock: _StepClock,
+                 wu: WeightUpdateResult, gathered: list[dict[str, Any]], step_end: float) -> None:
+    """Rank 0: merge the ranks' measurements into one StepRecord, write it and the trace, log progress."""
+    import torch  # noqa: PLC0415
+
+    from executor.records import MicroBatchTiming, StepRecord  # noqa: PLC0415
+
+    parts = [m for m in gathered if m["gap"] is not None]  # the last PP stage's ranks
+    n = sum(p["gap"][2] for p in parts)
+    abs_diff = sum(p["gap"][0] for p in parts) / n
+    kl = sum(p["gap"][1] for p in parts) / n
+    stats_parts = [m["train_stats"] for m in gathered if m["train_stats"]]
+    train_summary = {k: sum(s[k] for s in stats_parts) / len(stats_parts) for k in stats_parts[0]}
+    micro = []
+    for m in gathered:
+        for name, t in (("log_probs", m["lp_times"]), ("train", m["train_times"])):
+            for i, f in enumerate(t.forward_s):
+                b = t.backward_s[i] if i < len(t.backward_s) else None
+                micro.append(MicroBatchTiming(m["rank"], name, i, f, b))
+        for span in m["spans"]:
+            driver.trace.span(span[0], span[1], span[2], pid=m["rank"], lane=span[3], step=step)
+    rewards = torch.tensor(data["rewards"])
+    response_tokens = sum(data["response_lengths"])
+    step_t0, end = clock.start, clock.ends
+    record = StepRecord(
+        step=step, started_at=step_t0,
+        phases_s={"rollout": end["rollout"] - step_t0, "log_probs": end["log_probs"] - end["broadcast_batch"],
+                  "train": end["train"] - end["log_probs"], "weight_update": end["update_engine"] - end["train"],
+                  "offload": None, "onload": None, "step": step_end - step_t0},
+        tokens={"prompt": sum(data["prompt_lengths"]), "response": response_tokens,
+                "train": int(data["tokens"].numel())},
+        reward_mean=float(rewards.mean()), reward_std=float(rewards.std()),
+        train_rollout_logprob_abs_diff=abs_diff, train_rollout_kl=kl,
+        rollout_log_prob_mean=sum(float(t.mean()) for t in data["rollout_log_probs"]) / len(data["rollout_log_probs"]),
+        train_stats=train_summary,
+        weight_update={**wu.__dict__, "gather_s": end["gather_weights"] - end["train"]},
+        peak_rss_bytes={**{f"rank{m['rank']}": m["rss"] for m in gathered}, "engine": _engine_peak_rss_bytes()},
+        micro_batches=micro, samples=data["examples"],
+    )
+    driver.trace.span(f"step {step}", step_t0, step_end - step_t0, lane="step")
+    driver.sink.write_step(setup.job["run_id"], record)
+    driver.trace.flush()
+    print(f"[executor] step {step}/{setup.steps}: {step_end - step_t0:.2f} s, reward {record.reward_mean:.3f}, "
+          f"logprob_abs_diff {abs_diff:.4f}, rollout_kl {kl:.5f}", flush=True)
 
 
 def _exit_on_sigterm(signum: int, _frame: Any) -> None:
