@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfmodel.inputs.run import RunSpec  # noqa: E402
-from perfmodel.inputs.scenario import build_scenario  # noqa: E402
+from perfmodel.inputs.run import RunSpec
+from perfmodel.inputs.scenario import build_scenario
 
 
 def _train_run(model: str, hw: str, gpus: int, layout: dict, gb: int, seq: int, schedule: str = "1f1b",

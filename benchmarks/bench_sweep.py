@@ -15,12 +15,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfmodel.inputs.hardware import load_hardware  # noqa: E402
-from perfmodel.inputs.model import load_model  # noqa: E402
-from perfmodel.sweep.cache import ResultCache  # noqa: E402
-from perfmodel.sweep.run import evaluate_candidates  # noqa: E402
-from perfmodel.sweep.space import enumerate_candidates  # noqa: E402
-from perfmodel.sweep.spec import default_sweep_path, load_sweep_spec, parse_nodes  # noqa: E402
+from perfmodel.inputs.hardware import load_hardware
+from perfmodel.inputs.model import load_model
+from perfmodel.sweep.cache import ResultCache
+from perfmodel.sweep.run import evaluate_candidates
+from perfmodel.sweep.space import enumerate_candidates
+from perfmodel.sweep.spec import default_sweep_path, load_sweep_spec, parse_nodes
 
 
 def main() -> None:

@@ -45,7 +45,8 @@ def main() -> None:
     mem_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     result = {
         "host": platform.node(), "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-        "memory_bytes": mem_bytes, "bf16_matmul_flops": _matmul_flops("bf16"), "fp32_matmul_flops": _matmul_flops("fp32"),
+        "memory_bytes": mem_bytes, "bf16_matmul_flops": _matmul_flops("bf16"),
+        "fp32_matmul_flops": _matmul_flops("fp32"),
         "copy_bytes_per_s": _copy_bandwidth(), "measured_at": time.strftime("%Y-%m-%d"),
     }
     out = Path(__file__).parent / "results" / "cpu-local.json"

@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class OpCounter(TorchDispatchMode):
@@ -28,12 +28,12 @@ class OpCounter(TorchDispatchMode):
         super().__init__()
         self.count = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.count += 1
         return func(*args, **(kwargs or {}))
 
 
-def _model(num_layers: int, experts: int):  # noqa: ANN202
+def _model(num_layers: int, experts: int):
     from executor.backends.local.tiny_model import TinyArch, build_gpt_model, transformer_config
 
     cfg = {"architectures": ["MixtralForCausalLM" if experts else "LlamaForCausalLM"], "vocab_size": 64,

@@ -57,9 +57,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from executor.backends.base import LaunchOptions  # noqa: PLC0415
-    from executor.backends.registry import backend_for  # noqa: PLC0415
-    from perfmodel.inputs.plan import load_plan  # noqa: PLC0415
+    from executor.backends.base import LaunchOptions
+    from executor.backends.registry import backend_for
+    from perfmodel.inputs.plan import load_plan
 
     plan = load_plan(args.plan)
     options = LaunchOptions(plan_path=args.plan, store_path=args.store, steps=args.steps, run_dir=args.run_dir,
@@ -68,7 +68,7 @@ def _launch(args: argparse.Namespace) -> int:
 
 
 def _open_store(path: Path) -> Any:
-    from executor.store import Store  # noqa: PLC0415
+    from executor.store import Store
 
     if not path.exists():
         raise InputError(str(path), "--store", "no such store; run `executor launch` first or pass --store")
@@ -104,7 +104,7 @@ def _find_run(store: Any, prefix: str, store_path: Path) -> dict[str, Any]:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from executor.export import run_as_case, write_case  # noqa: PLC0415
+    from executor.export import run_as_case, write_case
 
     store = _open_store(args.store)
     run = _find_run(store, args.run, args.store)
@@ -115,7 +115,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from executor.records import PHASE_TO_PREDICTED, PHASES  # noqa: PLC0415
+    from executor.records import PHASE_TO_PREDICTED, PHASES
 
     store = _open_store(args.store)
     run = _find_run(store, args.run, args.store)
@@ -145,7 +145,8 @@ def _show(args: argparse.Namespace) -> int:
     if trainer_rss or engine_rss:
         print(f"peak RSS: trainer rank max {trainer_rss / 2**30:.2f} GiB, SGLang engine processes "
               f"{engine_rss / 2**30:.2f} GiB")
-    print(f"\n{'step':>4} {'step_s':>7} {'reward':>7} {'abs_diff':>9} {'kl':>9} {'lp_mean':>8} {'grad_norm':>9} {'rss_max':>9}")
+    print(f"\n{'step':>4} {'step_s':>7} {'reward':>7} {'abs_diff':>9} {'kl':>9} {'lp_mean':>8} "
+          f"{'grad_norm':>9} {'rss_max':>9}")
     for s in steps:
         rss = max(s["peak_rss_bytes"].values(), default=0) / 2**30
         step_s = s["phases_s"].get("step")

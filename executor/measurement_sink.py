@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from perfmodel.results import PHASE_METRICS
-
 from executor.records import RunRecord, StepRecord
 from executor.store import Store
+from perfmodel.results import PHASE_METRICS
 
 MEASURED_PHASES = PHASE_METRICS  # phase -> the metric a measurement dict carries it as (perfmodel.results)
 

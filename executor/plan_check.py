@@ -35,7 +35,7 @@ class Machine:
     def this(cls) -> Machine:
         gpus = 0
         try:
-            import torch  # noqa: PLC0415
+            import torch
 
             gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         except ImportError:
@@ -73,8 +73,8 @@ def _check_plan_and_model(src: str, path: str | Path) -> tuple[Plan, RLSpec, Tin
     if plan.executor.backend != "local":
         raise InputError(src, "executor.backend", f"'{plan.executor.backend}' plans are not launched here; "
                          "this executor runs backend: local")
-    from executor.backends.local.options import LocalOptions  # noqa: PLC0415
-    from executor.backends.local.tiny_model import TinyArch  # noqa: PLC0415
+    from executor.backends.local.options import LocalOptions
+    from executor.backends.local.tiny_model import TinyArch
 
     options = parse(LocalOptions, plan.executor.options, src, prefix="executor.options")
     _ = options

@@ -90,7 +90,9 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
-        "packages": {d: _version(d) for d in ("torch", "sglang", "megatron-core", "transformers", "tokenizers", "pydantic")},
+        "packages": {
+            d: _version(d) for d in ("torch", "sglang", "megatron-core", "transformers", "tokenizers", "pydantic")
+        },
     }
     try:
         with open("/proc/meminfo", encoding="ascii") as f:

@@ -48,9 +48,9 @@ def fit_calibration(cases: list, hw: HardwareProfile, names: list[str], metrics:
     import numpy as np
     from scipy.optimize import least_squares
 
+    from perfmodel.inputs.scenario import build_scenario
     from perfmodel.memo import Memo
     from perfmodel.predict import simulate_scenario
-    from perfmodel.inputs.scenario import build_scenario
 
     start = hw.calibration_params()
     unknown = [n for n in names if n not in start]

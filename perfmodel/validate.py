@@ -7,11 +7,11 @@ from pathlib import Path
 
 from perfmodel.calibration import apply_calibration_file
 from perfmodel.errors import InputError
+from perfmodel.inputs.case import ValidationCase, case_paths, load_case
 from perfmodel.inputs.hardware import HardwareProfile
+from perfmodel.inputs.scenario import build_scenario
 from perfmodel.memo import Memo
 from perfmodel.predict import predict_metrics
-from perfmodel.inputs.case import ValidationCase, case_paths, load_case
-from perfmodel.inputs.scenario import build_scenario
 
 
 @dataclass(slots=True)

@@ -6,6 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# The `ray_head` fixture (a real Ray head on loopback, tests/ray_head.py), for the tests that ask for it.
+pytest_plugins = ["tests.ray_head"]
+
 REPO = Path(__file__).resolve().parent.parent
 CASES_DIR = REPO / "studies" / "validation" / "cases"
 

@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-psutil = pytest.importorskip("psutil")
-
 
 @dataclass(frozen=True)
 class RayHead:
@@ -52,6 +50,8 @@ def _free_range(width: int = 64) -> tuple[int, int]:
 
 def _stop_tree(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
     """Stop a process we started and all its descendants, by pid only."""
+    import psutil
+
     try:
         root = psutil.Process(proc.pid)
         procs = [*root.children(recursive=True), root]
@@ -78,6 +78,7 @@ def _stop_tree(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 @pytest.fixture
 def ray_head():
+    pytest.importorskip("psutil")
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     if ray_bin is None:
         pytest.skip("ray CLI not found")
@@ -96,7 +97,7 @@ def ray_head():
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}
     env.pop("RAY_ADDRESS")
     log_path = Path(temp_dir) / "ray-start.log"
-    log = open(log_path, "w")  # noqa: SIM115
+    log = open(log_path, "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     address = f"http://127.0.0.1:{dash}"
     try:

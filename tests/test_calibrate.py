@@ -11,10 +11,10 @@ import yaml
 from perfmodel.calibration import apply_calibration_file, fit_calibration
 from perfmodel.cli import main
 from perfmodel.errors import InputError
-from perfmodel.predict import simulate_scenario
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.hardware import load_hardware
 from perfmodel.inputs.scenario import build_scenario
+from perfmodel.predict import simulate_scenario
 from tests.conftest import write_yaml
 
 

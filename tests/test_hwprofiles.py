@@ -37,7 +37,8 @@ NVIDIA_SWITCH = {
     "gb200": (18, 900e9),
     "gb300": (18, 900e9),
 }
-# Maximum Achievable Matmul FLOPS (BF16 TFLOP/s) as measured in the reference (docs/reference/hardware.md 2a, S2 MAMF table).
+# Maximum Achievable Matmul FLOPS (BF16 TFLOP/s) as measured in the reference (docs/reference/hardware.md 2a, S2 MAMF
+# table).
 MAMF_BF16_TFLOPS = {
     "mi355x": 1565.0,
     "mi325x": 784.9,

@@ -421,7 +421,8 @@ def test_korthikanti_table2_rows_for_gpt():
     assert layer_activation_bytes(layer, s) == pytest.approx(34 * s * h + lse)
     assert layer_activation_bytes(layer, s, tp=4) == pytest.approx((10 + 24 / 4) * s * h + lse / 4)
     assert layer_activation_bytes(layer, s, tp=4, sequence_parallel=True) == pytest.approx((34 * s * h + lse) / 4)
-    assert layer_activation_bytes(layer, s, tp=4, sequence_parallel=True, recompute="full") == pytest.approx(2 * s * h / 4)
+    assert layer_activation_bytes(layer, s, tp=4, sequence_parallel=True, recompute="full") == pytest.approx(
+        2 * s * h / 4)
 
 
 def test_mhc_widens_the_stored_layer_input():

@@ -115,8 +115,8 @@ def test_gpt2_megatron_1_7b() -> None:
     config = {"architectures": ["GPT2LMHeadModel"], "n_embd": 2304, "n_layer": 24, "n_head": 24,
               "vocab_size": 51200, "n_positions": 2048}
     m = model_from_hf_config(config, "megatron-1.7b")
-    h, l, v, s = 2304, 24, 51200, 2048
-    assert m.total_params() == 12 * l * h * h + 13 * l * h + (v + s) * h + 2 * h
+    h, n_layer, v, s = 2304, 24, 51200, 2048
+    assert m.total_params() == 12 * n_layer * h * h + 13 * n_layer * h + (v + s) * h + 2 * h
     assert close(m.total_params(), 1.7e9, rel=0.04)
     assert m.tie_word_embeddings and m.lm_head_params() == 0 and m.layers[0].ffn.intermediate_size == 4 * h
 

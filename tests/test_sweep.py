@@ -11,14 +11,14 @@ import pytest
 import yaml
 
 from perfmodel.cli import main
-from perfmodel.errors import InputError
 from perfmodel.cost.memory.rollout import rollout_memory
 from perfmodel.cost.memory.training import training_memory
-from perfmodel.predict import simulate_scenario
+from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import load_hardware
 from perfmodel.inputs.model import load_model
 from perfmodel.inputs.plan import load_plan
 from perfmodel.inputs.scenario import build_scenario
+from perfmodel.predict import simulate_scenario
 from perfmodel.sweep.run import evaluate_candidates
 from perfmodel.sweep.space import enumerate_candidates
 from perfmodel.sweep.spec import SweepSpec, default_sweep_path, load_sweep_spec, parse_nodes
@@ -185,6 +185,3 @@ def test_sweep_on_a_real_ray_head(ray_head):
     for a, b in zip(local.rows, remote.rows):
         if a["status"] == "ok":
             assert b["step_time_s"] == pytest.approx(a["step_time_s"], rel=1e-9)
-
-
-from tests.ray_head import ray_head  # noqa: E402,F401  (fixture)

@@ -1,6 +1,7 @@
-"""The Megatron-Bridge development set and the AMD published runs (studies/validation/mbridge-archive, 174 published runs, NeMo 25.09-26.08):
-every run is predicted, and the errors stay inside the bands measured when the set was added. A guard against a
-cost-model change that helps the 11 shared cases and hurts the many runs behind them; nothing is fitted to it."""
+"""The Megatron-Bridge development set and the AMD published runs (studies/validation/mbridge-archive, 174 published
+runs, NeMo 25.09-26.08): every run is predicted, and the errors stay inside the bands measured when the set was added.
+A guard against a cost-model change that helps the 11 shared cases and hurts the many runs behind them; nothing is
+fitted to it."""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ def run(args: argparse.Namespace) -> int:
         fp8 = hw.peak("fp8") / 1e12
         print(f"{hw.id:10s} {hw.name:28s} bf16 {bf16:7.0f} TF  fp8 {fp8:7.0f} TF  HBM {hw.hbm_bytes / 1e9:5.0f} GB "
               f"@ {hw.hbm_bandwidth_bytes_per_s / 1e12:4.2f} TB/s  {hw.gpus_per_node}/node "
-              f"{hw.scale_up_topology} {hw.scale_up_gpu_bytes_per_s / 1e9:5.0f} GB/s  NIC {hw.nic_bytes_per_s / 1e9:4.0f} GB/s")
+              f"{hw.scale_up_topology} {hw.scale_up_gpu_bytes_per_s / 1e9:5.0f} GB/s  "
+              f"NIC {hw.nic_bytes_per_s / 1e9:4.0f} GB/s")
         if args.id:
             for key, src in sorted(hw.sources.items()):
                 print(f"    {key}: {src}")

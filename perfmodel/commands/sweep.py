@@ -18,7 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Enumerate candidate plans for the sweep file's hardware, model and job over node counts, "
         "prune by layout rules and memory, simulate one RL step of each, and rank them. Writes OUT/candidates.csv "
         "(every candidate, with why pruned ones were pruned), OUT/summary.json, the top plans as plan files "
-        "(OUT/plans/), the best plan's trace and the capacity report (OUT/report.html). Without SPEC, the embedded default (DeepSeek-V4-Flash GRPO on "
+        "(OUT/plans/), the best plan's trace and the capacity report (OUT/report.html). "
+        "Without SPEC, the embedded default (DeepSeek-V4-Flash GRPO on "
         "MI355X, the seed article's job) is used.")
     p.add_argument("spec", nargs="?", metavar="SPEC", help="sweep YAML (default: the embedded seed sweep)")
     p.add_argument("--nodes", help="node counts: '4-64' (powers of two), '4,8,16' or '8'")
@@ -51,25 +52,10 @@ def _plan_for(row: dict[str, Any], run: dict[str, Any], hw_calibration: str, spe
     })
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-    from rich.table import Table
-
-    from perfmodel.calibration import apply_calibration_file
-    from perfmodel.inputs.hardware import load_hardware
-    from perfmodel.inputs.plan import dump_plan
-    from perfmodel.inputs.run import RunSpec
-    from perfmodel.inputs.scenario import resolve_model
-    from perfmodel.sweep.cache import ResultCache, default_cache_path
-    from perfmodel.sweep.run import evaluate_candidates, write_csv, write_summary
-    from perfmodel.sweep.space import enumerate_candidates
+def _sweep_spec(args: argparse.Namespace) -> tuple[str, Any]:
+    """The sweep file (or the embedded default) with the command line's overrides."""
     from perfmodel.sweep.spec import default_sweep_path, load_sweep_spec, parse_nodes
 
-    console = Console()
-    if not console.is_terminal:  # logs and pipes: wide enough for the plan table
-        console = Console(width=160)
     spec_path = args.spec or str(default_sweep_path())
     spec = load_sweep_spec(spec_path)
     updates: dict[str, Any] = {}
@@ -83,6 +69,67 @@ def run(args: argparse.Namespace) -> int:
         spec = spec.model_copy(update=updates)
         if spec.objective == "cost" and spec.target_step_time_s is None:
             raise InputError("--objective", "", "cost needs --target-step-time SECONDS")
+    return spec_path, spec
+
+
+def _write_plans(top_rows: list[dict[str, Any]], by_index: dict[int, Any], plans_dir: Path, calib_name: str,
+                 spec_name: str) -> list[dict[str, Any]]:
+    """A plan file per top row; returns the rows' summary entries with their plan paths."""
+    from perfmodel.inputs.plan import dump_plan
+
+    plans_dir.mkdir(exist_ok=True)
+    top_summary = []
+    for row in top_rows:
+        plan = _plan_for(row, by_index[row["index"]].run, calib_name, spec_name)
+        path = plans_dir / f"{plan.id}.yaml"
+        dump_plan(plan, path)
+        top_summary.append({k: row.get(k) for k in ("rank", "index", "label", "step_time_s", "rollout_time_s",
+                                                    "log_probs_time_s", "train_time_s", "weight_update_time_s",
+                                                    "tokens_per_s_per_gpu", "gpu_hours_per_step",
+                                                    "mem_train_bytes")} | {"plan_path": str(path)})
+    return top_summary
+
+
+def _top_table(objective: str, top_rows: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"top plans by {objective}")
+    for col in ("rank", "plan", "step s", "rollout", "log-probs", "train", "w-update", "tok/s/GPU", "train mem GB"):
+        table.add_column(col, justify="left" if col == "plan" else "right")
+    for r in top_rows:
+        def f(k: str, fmt: str = "{:.1f}", r: dict[str, Any] = r) -> str:
+            v = r.get(k)
+            return "-" if v in (None, "") else fmt.format(float(v))
+        table.add_row(str(r["rank"]), r["label"], f("step_time_s"), f("rollout_time_s"), f("log_probs_time_s"),
+                      f("train_time_s"), f("weight_update_time_s"), f("tokens_per_s_per_gpu", "{:.0f}"),
+                      f("mem_train_bytes", "{:.0f}") if not r.get("mem_train_bytes") else
+                      f"{float(r['mem_train_bytes']) / 1e9:.0f}")
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from perfmodel.calibration import apply_calibration_file
+    from perfmodel.inputs.hardware import load_hardware
+    from perfmodel.inputs.run import RunSpec
+    from perfmodel.inputs.scenario import resolve_model
+    from perfmodel.sweep.cache import ResultCache, default_cache_path
+    from perfmodel.sweep.run import evaluate_candidates, write_csv, write_summary
+    from perfmodel.sweep.space import enumerate_candidates
+
+    console = Console()
+    if not console.is_terminal:  # logs and pipes: wide enough for the plan table
+        console = Console(width=160)
+    spec_path, spec = _sweep_spec(args)
     hw = (apply_calibration_file(args.calibration, spec.hardware, spec_path) if args.calibration
           else load_hardware(spec.hardware, source=spec_path))
     probe = RunSpec.model_construct(model=spec.model)
@@ -115,19 +162,9 @@ def run(args: argparse.Namespace) -> int:
     if cache:
         cache.close()
     plans_dir = out / "plans"
-    plans_dir.mkdir(exist_ok=True)
     top_rows = outcome.top[: max(1, args.top)]
     by_index = {c.index: c for c in candidates}
-    top_summary = []
-    calib_name = args.calibration or "none"
-    for row in top_rows:
-        plan = _plan_for(row, by_index[row["index"]].run, calib_name, Path(spec_path).name)
-        path = plans_dir / f"{plan.id}.yaml"
-        dump_plan(plan, path)
-        top_summary.append({k: row.get(k) for k in ("rank", "index", "label", "step_time_s", "rollout_time_s",
-                                                    "log_probs_time_s", "train_time_s", "weight_update_time_s",
-                                                    "tokens_per_s_per_gpu", "gpu_hours_per_step",
-                                                    "mem_train_bytes")} | {"plan_path": str(path)})
+    top_summary = _write_plans(top_rows, by_index, plans_dir, args.calibration or "none", Path(spec_path).name)
     extra: dict[str, Any] = {}
     if top_rows:
         from perfmodel.predict import simulate_run
@@ -139,18 +176,7 @@ def run(args: argparse.Namespace) -> int:
     write_csv(outcome.rows, out / "candidates.csv")
     write_summary(spec, outcome, top_summary, out / "summary.json", extra)
 
-    table = Table(title=f"top plans by {spec.objective}")
-    for col in ("rank", "plan", "step s", "rollout", "log-probs", "train", "w-update", "tok/s/GPU", "train mem GB"):
-        table.add_column(col, justify="left" if col == "plan" else "right")
-    for r in top_rows:
-        def f(k: str, fmt: str = "{:.1f}") -> str:
-            v = r.get(k)
-            return "-" if v in (None, "") else fmt.format(float(v))
-        table.add_row(str(r["rank"]), r["label"], f("step_time_s"), f("rollout_time_s"), f("log_probs_time_s"),
-                      f("train_time_s"), f("weight_update_time_s"), f("tokens_per_s_per_gpu", "{:.0f}"),
-                      f("mem_train_bytes", "{:.0f}") if not r.get("mem_train_bytes") else
-                      f"{float(r['mem_train_bytes']) / 1e9:.0f}")
-    console.print(table)
+    console.print(_top_table(spec.objective, top_rows))
     rate = (outcome.evaluated + outcome.pruned + outcome.invalid - outcome.cached) / max(outcome.elapsed_s, 1e-9)
     invalid = (f", {outcome.invalid:,} refused as impossible results (a model bug: see status 'invalid' in the "
                "CSV)" if outcome.invalid else "")

@@ -8,8 +8,8 @@ all-gather, reduce-scatter and all-to-all (docs/reference/hardware.md "Bandwidth
 Where the ranks sit decides the link. A group lies inside one scale-up domain (an xGMI node, an NVSwitch node,
 a 72-GPU NVL72 rack) or spans several; `GroupPlacement` says how many of its ranks share a domain.
 - xGMI full mesh: a GPU reaches each peer over one dedicated link, so a k-GPU group uses k-1 links, not the
-  aggregate: TP2 on an 8-GPU MI300X node gets 1/7 of it (docs/reference/hardware.md 2c: 2 of 8 MI300X, 47.7 vs 312.9 GB/s
-  busbw, "6.5x slower"; 2g "Partial-node jobs on an xGMI mesh").
+  aggregate: TP2 on an 8-GPU MI300X node gets 1/7 of it (docs/reference/hardware.md 2c: 2 of 8 MI300X, 47.7 vs
+  312.9 GB/s busbw, "6.5x slower"; 2g "Partial-node jobs on an xGMI mesh").
 - NVSwitch: every group gets the GPU's full NVLink bandwidth.
 - Across domains: the GPU's own NIC (one per GPU in every profile). All-reduce is hierarchical: reduce-scatter
   inside the domain, all-reduce of 1/g of the buffer across domains over the NICs, all-gather inside the domain.

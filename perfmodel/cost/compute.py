@@ -11,7 +11,6 @@ from __future__ import annotations
 from perfmodel.cost.dtypes import LOW_PRECISION, dtype_bytes
 from perfmodel.inputs.hardware import HardwareProfile
 
-
 # Fixed cost of one launched kernel that is not a GEMM (norms, activations, permutes): the Primus projection's
 # kernel_launch_latency 2.8 us (docs/reference/hardware.md 2e, S4 collective_args.py); the GEMM curves carry their own.
 KERNEL_OVERHEAD_S = 2.8e-6
@@ -24,7 +23,8 @@ KERNEL_OVERHEAD_S = 2.8e-6
 # throughput). Both are calibration targets, not measurements of this hardware.
 # Training GEMM shapes run below the best shape a MAMF sweep finds (the profiles' `max`): SemiAnalysis measured
 # Llama-70B training shapes at 720 of the 794.5 TFLOP/s best shape on H100 BF16 (0.906), 1280 of 1402.6 in FP8
-# (0.913) and 620 of 668.4 on MI300X BF16 (0.928) (docs/reference/hardware.md 2a, S27 vs S2). Mean 0.916, rounded to 0.91.
+# (0.913) and 620 of 668.4 on MI300X BF16 (0.928) (docs/reference/hardware.md 2a, S27 vs S2). Mean 0.916, rounded
+# to 0.91.
 PRODUCTION_SHAPE_FACTOR = 0.91
 
 ATTENTION_FWD_REL_EFFICIENCY = 0.9

@@ -73,7 +73,8 @@ def attention_params_local(a: AttentionSpec, tp: int, indexer_split: bool = True
             gemm += _compressor_params(d, a.compress_ratio, hd)  # one latent head: replicated
         if a.has_indexer:
             ih, ihd = a.index_n_heads, a.index_head_dim
-            gemm += (r * ih * ihd + d * ih) / (tp if indexer_split else 1) + _compressor_params(d, a.compress_ratio, ihd)
+            gemm += ((r * ih * ihd + d * ih) / (tp if indexer_split else 1)
+                     + _compressor_params(d, a.compress_ratio, ihd))
     non_gemm += h * a.has_sinks / tp
     return LocalParams(gemm + non_gemm, non_gemm)
 

@@ -39,7 +39,8 @@ def load_case(path: str | Path) -> ValidationCase:
     data = read_mapping(path)
     case = parse(ValidationCase, data, str(path))
     if not case.measured.items():
-        raise InputError(str(path), "measured", "needs at least one measured metric: " + ", ".join(Measured.model_fields))
+        raise InputError(
+            str(path), "measured", "needs at least one measured metric: " + ", ".join(Measured.model_fields))
     return case
 
 

@@ -187,7 +187,8 @@ class HardwareProfile:
     host_link_efficiency: float
     # Not hardware: how much slower a particular training stack runs its layers than the kernels priced here (a
     # multiplier on training and log-prob compute, communication excluded). 1.0 in every profile; only a calibration
-    # overlay fitted to measured runs of that stack sets it (Miles' DSV4 path: 2-3x, studies/validation/miles-published).
+    # overlay fitted to measured runs of that stack sets it (Miles' DSV4 path: 2-3x,
+    # studies/validation/miles-published).
     train_software_scale: float = 1.0
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
@@ -342,4 +343,5 @@ def load_hardware(ref: str, source: str = "", field: str = "hardware") -> Hardwa
     try:
         return _load_by_id(ref)
     except KeyError:
-        raise InputError(source, field, f"unknown hardware id {ref!r}; valid: {', '.join(known_hardware_ids())}") from None
+        raise InputError(
+            source, field, f"unknown hardware id {ref!r}; valid: {', '.join(known_hardware_ids())}") from None

@@ -97,7 +97,8 @@ class ResponseTokens(_Strict):
                 raise ValueError("histogram needs at least one (tokens, weight) pair")
             for tokens, weight in self.histogram:
                 if not 1 <= tokens <= self.max or weight < 0:
-                    raise ValueError(f"histogram entries need 1 <= tokens <= max and weight >= 0, got ({tokens}, {weight})")
+                    raise ValueError(
+                        f"histogram entries need 1 <= tokens <= max and weight >= 0, got ({tokens}, {weight})")
         return self
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfmodel.errors import InputError
-from perfmodel.sim.schedules import schedule_rule
 from perfmodel.inputs.hardware import HardwareProfile, load_hardware
 from perfmodel.inputs.model import ModelSpec, load_model, model_from_hf_config
 from perfmodel.inputs.run import RunSpec
+from perfmodel.sim.schedules import schedule_rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,11 +27,11 @@ class Scenario:
     schedule: str
 
     @property
-    def train(self):  # noqa: ANN201 - shorthand
+    def train(self):
         return self.run.train
 
     @property
-    def layout(self):  # noqa: ANN201
+    def layout(self):
         return self.run.train.layout
 
 
@@ -200,7 +200,8 @@ def _pipeline_split(run: RunSpec, m: ModelSpec, schedule: str, source: str) -> t
             what = "2 x pp for DualPipe(V)" if chunks == 2 and lay.vpp == 1 else "pp x vpp"
             raise _fail(source, "train.pipeline_layers", f"needs {stages} entries ({what}), got {len(pl)}")
         if sum(pl) != m.num_layers:
-            raise _fail(source, "train.pipeline_layers", f"entries sum to {sum(pl)}, the model has {m.num_layers} layers")
+            raise _fail(
+                source, "train.pipeline_layers", f"entries sum to {sum(pl)}, the model has {m.num_layers} layers")
         if min(pl) < 1:
             raise _fail(source, "train.pipeline_layers", "every (virtual) stage needs at least one layer")
         split, note = pl, "given by train.pipeline_layers"

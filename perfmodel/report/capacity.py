@@ -15,7 +15,7 @@ import html
 import json
 import re
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -254,44 +254,53 @@ def _render(data: Any, top: int) -> tuple[dict[str, Any], str]:
         for key in ("ranked", "breakdown", "capacity", "memory"):
             body[key] = msg
 
+    body["timeline"] = _timeline_section(data, top_rows, figs)
+    body["measured"] = _measured_section(data, figs)
+
+    toc = "".join(f"<a href='#{k}'>{_e(t)}</a>" for k, t in SECTIONS)
+    sections = "".join(f"<section id='{k}'><h2>{_e(t)}</h2>{body[k]}</section>" for k, t in SECTIONS)
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    title = f"Capacity report: {data.folder.resolve().name}"
+    page = PAGE.format(
+        title=_e(title), plotlyjs=get_plotlyjs(), toc=toc, overview=_overview(data), sections=sections,
+        footer=_e(f"perfmodel {__version__}, {when}, from {data.folder.resolve()}"), n_figs=len(figs))
+    return figs, page
+
+
+def _timeline_section(data: Any, top_rows: list[dict[str, Any]], figs: dict[str, Any]) -> str:
+    from perfmodel.report import figures as F
+
     if data.trace is not None and data.trace.events:
         fig, note = F.timeline_figure(data.trace)
         figs["5_timeline"] = fig
         best = top_rows[0]["label"] if top_rows else "the best plan"
-        body["timeline"] = (
+        return (
             f"<p>The simulated RL step of the best plan (<b>{_e(best)}</b>) from "
             f"<code>{_e(Path(data.trace.path).name)}</code>: one row per track (the step's phases, each pipeline "
             "stage, each rollout engine). This is the simulator's schedule, not a profile of a real run; open the "
             "same file in Perfetto (ui.perfetto.dev) or chrome://tracing to zoom in. "
             f"{_e(note)}</p>" + _figure_div(fig, "fig-timeline"))
-    else:
-        body["timeline"] = f"<p class=note>No timeline: {_e(data.trace_note or 'no trace')}</p>"
+    return f"<p class=note>No timeline: {_e(data.trace_note or 'no trace')}</p>"
+
+
+def _measured_section(data: Any, figs: dict[str, Any]) -> str:
+    from perfmodel.report import figures as F
 
     if data.measurements:
         figs["6_measured"] = F.measured_figure(data.measurements)
         runs = sorted({m["run"] for m in data.measurements if m["run"]})
         summ = F.measured_summary(data.measurements)
         worst = max(summ, key=lambda x: abs(x["rel_error"]))
-        body["measured"] = (
+        return (
             f"<p>Measured phase times from {len(runs) or 'unnamed'} run(s) ({_e(', '.join(runs[:6]))}"
             f"{' …' if len(runs) > 6 else ''}) next to what perfmodel predicted for the same plan, from "
             f"{_e(data.measurements_source)}. Bars are means over the measured steps; whiskers span the measured "
             f"minimum to maximum. Relative error is (predicted − measured) / measured; above ±20% is red. The "
             f"largest error is {worst['rel_error']:+.1%} on {_e(worst['phase'])}.</p>"
             + _figure_div(figs["6_measured"], "fig-measured") + _measured_table(data.measurements))
-    else:
-        body["measured"] = ("<p class=note>No measurements: every number above is a prediction. Pass "
-                            "<code>--measured FILE.json</code> or put <code>measured.json</code> in the sweep folder "
-                            "(a list of {phase, predicted, measured, run, step}) to compare with real runs.</p>")
-
-    toc = "".join(f"<a href='#{k}'>{_e(t)}</a>" for k, t in SECTIONS)
-    sections = "".join(f"<section id='{k}'><h2>{_e(t)}</h2>{body[k]}</section>" for k, t in SECTIONS)
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    title = f"Capacity report: {data.folder.resolve().name}"
-    page = PAGE.format(
-        title=_e(title), plotlyjs=get_plotlyjs(), toc=toc, overview=_overview(data), sections=sections,
-        footer=_e(f"perfmodel {__version__}, {when}, from {data.folder.resolve()}"), n_figs=len(figs))
-    return figs, page
+    return ("<p class=note>No measurements: every number above is a prediction. Pass "
+            "<code>--measured FILE.json</code> or put <code>measured.json</code> in the sweep folder "
+            "(a list of {phase, predicted, measured, run, step}) to compare with real runs.</p>")
 
 
 PAGE = """<!DOCTYPE html>

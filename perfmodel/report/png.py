@@ -45,7 +45,7 @@ def export_pngs(figures: dict[str, Any], png_dir: str | Path, width: int = PNG_W
 
     try:
         _run(render())
-    except Exception as err:  # noqa: BLE001 - kaleido / choreographer raise many kinds; say which and how to fix
+    except Exception as err:
         if type(err).__name__ == "ChromeNotFoundError":
             raise InputError(str(out), "--png", "kaleido found no Chrome/Chromium: install Debian's chromium "
                              "(apt-get install chromium) or set BROWSER_PATH=/path/to/chromium") from None
@@ -68,7 +68,7 @@ def _run(coro: Any) -> None:
     def target() -> None:
         try:
             asyncio.run(coro)
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+        except BaseException as e:
             err.append(e)
 
     t = threading.Thread(target=target, name="kaleido-export")

@@ -10,7 +10,7 @@ def _gb(x: float) -> str:
     return f"{x / 1e9:,.1f} GB"
 
 
-def print_result(result, console: Console | None = None) -> None:  # noqa: ANN001
+def print_result(result, console: Console | None = None) -> None:
     console = console or Console()
     d = result.to_json()
     console.print(f"[bold]{d['kind']}[/] step of {d['model']} on {d['gpus']} x {d['hardware']}: "

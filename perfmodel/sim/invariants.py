@@ -67,9 +67,11 @@ def check_train_step(
                   step_time_s)
     total = sum(breakdown_s.values())
     if abs(total - step_time_s) > _ABS_S + _REL * step_time_s:
-        raise PhysicsError("parts sum to the step", where, f"breakdown sums to {total:.6g} s, step is {step_time_s:.6g} s")
+        raise PhysicsError(
+            "parts sum to the step", where, f"breakdown sums to {total:.6g} s, step is {step_time_s:.6g} s")
     if model_flops < 0 or hardware_flops < model_flops * (1 - _REL):
-        raise PhysicsError("FLOPs", where, f"model {model_flops:.4g}, hardware {hardware_flops:.4g} (hardware >= model >= 0)")
+        raise PhysicsError(
+            "FLOPs", where, f"model {model_flops:.4g}, hardware {hardware_flops:.4g} (hardware >= model >= 0)")
     for name, flops in (("MFU", model_flops), ("hardware FLOP utilization", hardware_flops)):
         util = flops / step_time_s / gpus / peak_flops_per_gpu
         if util > 1 + _REL:

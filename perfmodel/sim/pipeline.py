@@ -122,7 +122,7 @@ def run_pipeline(
             return g_in[vs][op.mb]
         return None  # W: its B ran earlier on this rank
 
-    def execute(rank: int, op: Op):  # noqa: ANN202 - simpy generator
+    def execute(rank: int, op: Op):
         vs = schedule.virtual_stage(rank, op.chunk)
         t = times(vs, op.mb)
         st = stats[rank]
@@ -159,7 +159,7 @@ def run_pipeline(
         elif op.kind in ("B", "BW") and vs > 0:
             deliver(g_in[vs - 1][op.mb], 0.0 if owner[vs - 1] == rank else p2p_s(vs - 1))
 
-    def rank_proc(rank: int):  # noqa: ANN202
+    def rank_proc(rank: int):
         ops = schedule.rank_ops(rank)
         if all(op.kind == "F" for op in ops):  # forward-only pass: nothing flows back
             for op in ops:
@@ -218,7 +218,8 @@ def run_pipeline(
                     w = w_ready.popleft()
                     yield from execute(rank, w)
                     continue
-                waits = [g_in[schedule.virtual_stage(rank, c)][next_b[c]] for c in range(chunks) if next_b[c] < next_f[c]]
+                waits = [g_in[schedule.virtual_stage(rank, c)][next_b[c]] for c in range(chunks)
+                         if next_b[c] < next_f[c]]
                 waits += [f_in[schedule.virtual_stage(rank, c)][next_f[c]] for c in range(chunks)
                           if next_f[c] < m and (c > 0 or inflight < limit)]
                 yield env.any_of(waits)

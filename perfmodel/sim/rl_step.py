@@ -15,17 +15,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfmodel.sim.invariants import check_rl_step
-from perfmodel.sim.rollout import RolloutResult, simulate_rollout
-from perfmodel.sim.schedules import runnable_microbatches
-from perfmodel.sim.train import TrainStepResult, simulate_train_step
-from perfmodel.sim.pipeline import pipeline_spans
-from perfmodel.trace import Span
 from perfmodel.cost.serve.weight_update import WeightUpdateResult, weight_update_time
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.memo import Memo
 from perfmodel.results import BREAKDOWN, EP_COMM, training_parts
-
+from perfmodel.sim.invariants import check_rl_step
+from perfmodel.sim.pipeline import pipeline_spans
+from perfmodel.sim.rollout import RolloutResult, simulate_rollout
+from perfmodel.sim.schedules import runnable_microbatches
+from perfmodel.sim.train import TrainStepResult, simulate_train_step
+from perfmodel.trace import Span
 
 
 @dataclass(slots=True)

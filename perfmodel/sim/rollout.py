@@ -64,9 +64,9 @@ import simpy
 
 from perfmodel.cost.serve.engine import EngineCost, RolloutParams, rl_section
 from perfmodel.errors import InputError
+from perfmodel.inputs.scenario import Scenario
 from perfmodel.sim.invariants import PhysicsError, check_parts_non_negative
 from perfmodel.sim.response_law import ResponseLaw, response_law, response_lengths
-from perfmodel.inputs.scenario import Scenario
 
 # ---------------------------------------------------------------------------------------------------------------
 # Result

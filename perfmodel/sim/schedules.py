@@ -200,7 +200,8 @@ def dualpipe_rule(name: str, pp: int, microbatches: int) -> str | None:
     if name == "dualpipe" and pp % 2:
         return f"dualpipe needs an even pp, got {pp}; use dualpipev"
     if microbatches < 2 * pp:
-        return f"{name} needs at least 2 x pp = {2 * pp} micro-batches per DP rank, got {microbatches} (DualPipe's step())"
+        return (f"{name} needs at least 2 x pp = {2 * pp} micro-batches per DP rank, got {microbatches} "
+                "(DualPipe's step())")
     if name == "dualpipe" and microbatches % 2:
         return f"dualpipe needs an even number of micro-batches per DP rank, got {microbatches} (two half-batches)"
     return None

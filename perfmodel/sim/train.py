@@ -11,13 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from perfmodel.cost.train.stage import ChunkCost, chunk_cost, dp_grad_sync_s, optimizer_step_s, p2p_time_s
-from perfmodel.sim.invariants import check_train_step
-from perfmodel.sim.pipeline import OpTimes, PipelineResult, TraceEvent, run_pipeline
-from perfmodel.sim.schedules import ForwardOnly, Schedule, make_schedule
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.memo import Memo
 from perfmodel.results import EP_COMM
-
+from perfmodel.sim.invariants import check_train_step
+from perfmodel.sim.pipeline import OpTimes, PipelineResult, TraceEvent, run_pipeline
+from perfmodel.sim.schedules import ForwardOnly, Schedule, make_schedule
 
 
 @dataclass(slots=True)

@@ -15,13 +15,13 @@ from typing import Any
 
 from perfmodel import __version__
 from perfmodel.errors import InputError
+from perfmodel.inputs.hardware import HardwareProfile
+from perfmodel.inputs.model import ModelSpec
 from perfmodel.memo import Memo
 from perfmodel.results import BREAKDOWN_COLUMNS, breakdown_column, training_parts
 from perfmodel.sim.invariants import PhysicsError
 from perfmodel.sim.pipeline import PipelineStall
 from perfmodel.sim.schedules import ScheduleError
-from perfmodel.inputs.hardware import HardwareProfile
-from perfmodel.inputs.model import ModelSpec
 from perfmodel.sweep.cache import ResultCache, result_key
 from perfmodel.sweep.space import Candidate
 from perfmodel.sweep.spec import SweepSpec
@@ -79,9 +79,9 @@ def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec
     candidates of one worker (memory of identical training sides, chunk costs, rollouts)."""
     from perfmodel.cost.memory.rollout import rollout_memory
     from perfmodel.cost.memory.training import training_memory
-    from perfmodel.predict import simulate_scenario
     from perfmodel.inputs.run import RunSpec
     from perfmodel.inputs.scenario import build_scenario
+    from perfmodel.predict import simulate_scenario
 
     try:
         scn = build_scenario(RunSpec.model_validate(run_data), hardware=hw, model=model)
@@ -266,7 +266,7 @@ def _run_on_ray(address: str, todo: list[tuple[int, dict[str, Any]]], chunk: int
     ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
     try:
         @ray.remote
-        def chunk_task(items, hw_ref, model_ref):  # noqa: ANN001, ANN202
+        def chunk_task(items, hw_ref, model_ref):
             _init_worker(hw_ref, model_ref)
             return _evaluate_chunk(items)
 

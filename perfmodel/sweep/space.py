@@ -27,7 +27,8 @@ class Candidate:
         t = self.run["train"]
         lay = t["layout"]
         rl = self.run.get("rl") or {}
-        parts = [f"{self.nodes}n", f"TP{lay['tp']}/PP{lay['pp']}" + (f"/VPP{lay['vpp']}" if lay.get("vpp", 1) > 1 else "")
+        parts = [f"{self.nodes}n",
+                 f"TP{lay['tp']}/PP{lay['pp']}" + (f"/VPP{lay['vpp']}" if lay.get("vpp", 1) > 1 else "")
                  + (f"/CP{lay['cp']}" if lay.get("cp", 1) > 1 else "") + f"/EP{lay['ep']}",
                  f"rc-{t.get('recompute', 'none')}"]
         if t.get("optimizer_offload_fraction"):
@@ -42,7 +43,8 @@ class Candidate:
             if rl.get("async"):
                 place += "-async"
             parts.append(place)
-            parts.append(f"eng{ro['engine_gpus']}-tp{ro['tp']}-ep{ro['ep']}" + ("-dpa" if ro.get("dp_attention") else ""))
+            parts.append(f"eng{ro['engine_gpus']}-tp{ro['tp']}-ep{ro['ep']}"
+                         + ("-dpa" if ro.get("dp_attention") else ""))
         return " ".join(parts)
 
 

@@ -12,9 +12,9 @@ import yaml
 from perfmodel.cost.compute import gemm_time_s
 from perfmodel.cost.train.stage import time_work
 from perfmodel.cost.train.work import Builder
-from perfmodel.predict import simulate_run
 from perfmodel.inputs.hardware import load_hardware
 from perfmodel.inputs.run import RunSpec
+from perfmodel.predict import simulate_run
 
 BASE = yaml.safe_load((Path(__file__).resolve().parents[1] / "data" / "gpt3-175b-a100-interleaved.yaml").read_text())
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from perfmodel.cost.dispatch import dedup_all_to_all_s
 from perfmodel.cost.comm import (
     GroupPlacement,
     all_gather_s,
@@ -16,6 +15,7 @@ from perfmodel.cost.comm import (
     reduce_scatter_s,
     send_recv_s,
 )
+from perfmodel.cost.dispatch import dedup_all_to_all_s
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.hardware import load_hardware
 from perfmodel.inputs.scenario import build_scenario
@@ -46,7 +46,8 @@ def test_busbw_conventions():
 
 
 def test_xgmi_tp2_is_one_link_hardware_md_2c():
-    """docs/reference/hardware.md 2c: 8xMI300X all-reduce 4 GiB busbw 312.9 GB/s; 2 of 8 MI300X 47.7 GB/s ("6.5x slower")."""
+    """docs/reference/hardware.md 2c: 8xMI300X all-reduce 4 GiB busbw 312.9 GB/s; 2 of 8 MI300X 47.7 GB/s
+    ("6.5x slower")."""
     hw = load_hardware("mi300x")
     tp8 = _busbw(hw, "all_reduce", all_reduce_s, 4 * GIB, GroupPlacement(8, 8))
     tp2 = _busbw(hw, "all_reduce", all_reduce_s, 4 * GIB, GroupPlacement(2, 2))
@@ -107,16 +108,19 @@ def test_deepep_dispatch_sends_a_token_once_per_destination():
     # across nodes the NIC carries one copy per destination node: at most (nodes - 1) copies per token
     g = GroupPlacement(32, 8)
     nic = hw.nic_bytes_per_s * hw.all_to_all_efficiency_scale_out
-    assert dedup_all_to_all_s(hw, token_bytes, 8, 256, g) <= hw.all_to_all_latency_scale_out_s + 3 * token_bytes / nic + 1e-12
+    assert (dedup_all_to_all_s(hw, token_bytes, 8, 256, g)
+            <= hw.all_to_all_latency_scale_out_s + 3 * token_bytes / nic + 1e-12)
     # with every node hit, the NIC carries exactly (nodes - 1) copies (the scale-up forwarding may take longer)
-    assert dedup_all_to_all_s(hw, token_bytes, 64, 256, g) >= hw.all_to_all_latency_scale_out_s + 0.999 * 3 * token_bytes / nic
+    assert (dedup_all_to_all_s(hw, token_bytes, 64, 256, g)
+            >= hw.all_to_all_latency_scale_out_s + 0.999 * 3 * token_bytes / nic)
 
 
 def test_send_recv_link_choice():
     mesh, switch = load_hardware("mi355x"), load_hardware("h100-sxm")
     b = 100e6
     assert send_recv_s(mesh, b, True) == pytest.approx(
-        mesh.collective_latency_scale_up_s + b / (mesh.scale_up_link_bytes_per_s * mesh.collective_bus_efficiency_scale_up))
+        mesh.collective_latency_scale_up_s
+        + b / (mesh.scale_up_link_bytes_per_s * mesh.collective_bus_efficiency_scale_up))
     assert send_recv_s(switch, b, True) < send_recv_s(switch, b, False)
 
 

@@ -52,7 +52,8 @@ def test_fp8_faster_for_large_gemm_but_pays_a_serial_quantize_kernel(hw):
     assert quantize_hbm_bytes(8192, 4096, "fp8") == pytest.approx(8192 * 4096 * 3)
     # the cast does not hide under a compute-bound GEMM: it adds its full memory time
     m, n, k = 16384, 8192, 8192
-    flops_only = gemm_flops(m, n, k) / (hw.peak("fp8") * hw.gemm_curve("fp8").efficiency(gemm_flops(m, n, k)) * PRODUCTION_SHAPE_FACTOR)
+    flops_only = gemm_flops(m, n, k) / (
+        hw.peak("fp8") * hw.gemm_curve("fp8").efficiency(gemm_flops(m, n, k)) * PRODUCTION_SHAPE_FACTOR)
     cast = memory_bound_time_s(hw, quantize_hbm_bytes(m, k, "fp8"), kernels=1)
     assert gemm_time_s(hw, m, n, k, "fp8") == pytest.approx(flops_only + cast, rel=1e-9)
 
@@ -67,7 +68,8 @@ def test_memory_bound_time(hw):
     assert memory_bound_time_s(hw, 0) == 0.0
     nbytes = 6e9
     assert memory_bound_time_s(hw, nbytes) == pytest.approx(nbytes / (hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency))
-    assert memory_bound_time_s(hw, nbytes, kernels=2) == pytest.approx(memory_bound_time_s(hw, nbytes) + 2 * KERNEL_OVERHEAD_S)
+    assert memory_bound_time_s(hw, nbytes, kernels=2) == pytest.approx(
+        memory_bound_time_s(hw, nbytes) + 2 * KERNEL_OVERHEAD_S)
 
 
 def test_attention_kernel_is_slower_than_a_gemm_of_equal_flops(hw):

@@ -1,4 +1,5 @@
-"""Model FLOPs per token: the Megatron-Bridge convention against its published numbers (docs/reference/hardware.md 3e)."""
+"""Model FLOPs per token: the Megatron-Bridge convention against its published numbers
+(docs/reference/hardware.md 3e)."""
 
 from __future__ import annotations
 

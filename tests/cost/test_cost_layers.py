@@ -58,7 +58,8 @@ def test_sliding_window_caps_attention(llama8b):
     short, long = Shard(tokens=4096, seq_len=4096), Shard(tokens=8192, seq_len=8192)
     # per token: windowed attention does not grow with the sequence, full attention doubles
     assert _core(attention_work(swa, long)) / 8192 == pytest.approx(_core(attention_work(swa, short)) / 4096, rel=0.01)
-    assert _core(attention_work(full, long)) / 8192 == pytest.approx(2 * _core(attention_work(full, short)) / 4096, rel=0.01)
+    assert _core(attention_work(full, long)) / 8192 == pytest.approx(
+        2 * _core(attention_work(full, short)) / 4096, rel=0.01)
 
 
 def _dsv4_layer(m, ratio: int):

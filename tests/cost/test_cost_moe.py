@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-
 import pytest
 
-from perfmodel.memo import Memo
 from perfmodel.cost.train.moe import (
     MoEAssumptions,
     dispatch_bytes,
@@ -14,6 +12,7 @@ from perfmodel.cost.train.moe import (
     layer_imbalance,
 )
 from perfmodel.inputs.model import load_model
+from perfmodel.memo import Memo
 
 V, E, K = 129280, 256, 6  # DeepSeek-V4-Flash vocab, routed experts, top-k
 

@@ -6,13 +6,19 @@ import copy
 
 import pytest
 
-from perfmodel.memo import Memo
 from perfmodel.cost.train.flops import model_flops_per_token
-from perfmodel.cost.train.stage import ChunkCost, chunk_cost, dp_grad_sync_s, optimizer_step_s, p2p_time_s
 from perfmodel.cost.train.moe import MoEAssumptions
-from perfmodel.cost.train.stage import optimizer_params_per_gpu
+from perfmodel.cost.train.stage import (
+    ChunkCost,
+    chunk_cost,
+    dp_grad_sync_s,
+    optimizer_params_per_gpu,
+    optimizer_step_s,
+    p2p_time_s,
+)
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.scenario import build_scenario
+from perfmodel.memo import Memo
 
 
 def _scn(d: dict):
@@ -51,7 +57,8 @@ def test_chunk_cost_fields(llama70b):
 def test_first_and_last_virtual_stage(llama70b):
     t, s = _tokens(llama70b), llama70b.train.seq_len
     n = len(llama70b.stage_layers)
-    mid = [chunk_cost(llama70b, v, t, s) for v in range(1, n - 1) if llama70b.stage_layers[v] == llama70b.stage_layers[0]]
+    mid = [chunk_cost(llama70b, v, t, s) for v in range(1, n - 1)
+           if llama70b.stage_layers[v] == llama70b.stage_layers[0]]
     first, last = chunk_cost(llama70b, 0, t, s), chunk_cost(llama70b, n - 1, t, s)
     assert mid and first.fwd_compute_s > mid[0].fwd_compute_s  # embedding
     assert last.p2p_bytes == 0.0 and first.p2p_bytes > 0
@@ -115,7 +122,8 @@ def test_p2p_time_intra_vs_inter(llama70b, case_dict):
     # TP4 x CP1 x DP2 = stride 8: the next stage sits on the next 8-GPU node
     inter = p2p_time_s(llama70b, nbytes)
     hw = llama70b.hardware
-    assert inter == pytest.approx(hw.collective_latency_scale_out_s + nbytes / (hw.nic_bytes_per_s * hw.collective_bus_efficiency_scale_out))
+    assert inter == pytest.approx(
+        hw.collective_latency_scale_out_s + nbytes / (hw.nic_bytes_per_s * hw.collective_bus_efficiency_scale_out))
     d = copy.deepcopy(case_dict)
     d["gpus"] = 32
     d["train"]["layout"].update(tp=2, pp=16, vpp=1, dp=1)
@@ -136,9 +144,11 @@ def test_grad_sync_and_param_gather(llama70b, case_dict):
 def test_optimizer_step_and_offload(llama70b, dsv4):
     hw = llama70b.hardware
     n = optimizer_params_per_gpu(llama70b, 1)
-    assert optimizer_step_s(llama70b, 1) == pytest.approx(n * 30 / (hw.hbm_bandwidth_bytes_per_s * hw.optimizer_hbm_efficiency))
+    assert optimizer_step_s(llama70b, 1) == pytest.approx(
+        n * 30 / (hw.hbm_bandwidth_bytes_per_s * hw.optimizer_hbm_efficiency))
     # DSV4 case offloads the whole optimizer to the host: far slower than an on-GPU step of the same shard
-    on_gpu = optimizer_params_per_gpu(dsv4, 0) * 30 / (dsv4.hardware.hbm_bandwidth_bytes_per_s * dsv4.hardware.optimizer_hbm_efficiency)
+    on_gpu = optimizer_params_per_gpu(dsv4, 0) * 30 / (
+        dsv4.hardware.hbm_bandwidth_bytes_per_s * dsv4.hardware.optimizer_hbm_efficiency)
     assert optimizer_step_s(dsv4, 0) > 50 * on_gpu
 
 

@@ -78,7 +78,8 @@ def test_launch_default_plan_three_steps(tmp_path: Path) -> None:
 
 @needs_stack
 @pytest.mark.timeout(480)
-@pytest.mark.parametrize("plan,layout", [("local-grpo-pp2.yaml", "TP1/PP2/DP1"), ("local-grpo-ep2.yaml", "TP1/PP1/EP2/DP2")])
+@pytest.mark.parametrize(
+    "plan,layout", [("local-grpo-pp2.yaml", "TP1/PP2/DP1"), ("local-grpo-ep2.yaml", "TP1/PP1/EP2/DP2")])
 def test_launch_two_process_layouts(tmp_path: Path, plan: str, layout: str) -> None:
     from executor.store import Store
 

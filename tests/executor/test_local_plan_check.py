@@ -29,7 +29,8 @@ def _write(tmp_path: Path, data: dict[str, Any]) -> Path:
     return p
 
 
-@pytest.mark.parametrize("name", ["local-grpo.yaml", "local-grpo-bf16.yaml", "local-grpo-pp2.yaml", "local-grpo-ep2.yaml"])
+@pytest.mark.parametrize(
+    "name", ["local-grpo.yaml", "local-grpo-bf16.yaml", "local-grpo-pp2.yaml", "local-grpo-ep2.yaml"])
 def test_shipped_examples_pass(name: str) -> None:
     checked = check_plan(REPO / "examples" / name, CPU2, need_software=False)
     assert checked.processes in (1, 2)
@@ -132,7 +133,8 @@ def test_cli_unknown_field_and_debug_traceback(tmp_path: Path) -> None:
     data["train"]["flavour"] = 1
     path = _write(tmp_path, data)
     res = _cli("launch", "--plan", str(path), cwd=tmp_path)
-    assert res.returncode == 2 and res.stderr.strip() == f"error: {path}: train.flavour: unknown key; remove it or check its spelling"
+    assert res.returncode == 2 and res.stderr.strip() == (
+        f"error: {path}: train.flavour: unknown key; remove it or check its spelling")
     res = _cli("launch", "--plan", str(path), "--debug", cwd=tmp_path)
     assert res.returncode == 2 and "Traceback" in res.stderr
 

@@ -50,7 +50,8 @@ def test_a_failing_step_write_leaves_no_partial_row(tmp_path: Path) -> None:
     store.write_step("r1", _step(1))
     try:
         with store._transaction() as conn:
-            conn.execute("INSERT INTO steps (run_id, step, started_at, record, written_at) VALUES ('r1', 2, 0, '{}', 0)")
+            conn.execute("INSERT INTO steps (run_id, step, started_at, record, written_at) "
+                         "VALUES ('r1', 2, 0, '{}', 0)")
             raise RuntimeError("crash inside the step")
     except RuntimeError:
         pass
@@ -72,7 +73,8 @@ def test_process_killed_mid_step_loses_only_that_step(tmp_path: Path) -> None:
         s.write_step("r1", _step(1))
         s.write_step("r1", _step(2))
         s.conn.execute("BEGIN IMMEDIATE")
-        s.conn.execute("INSERT INTO steps (run_id, step, started_at, record, written_at) VALUES ('r1', 3, 0, '{{}}', 0)")
+        s.conn.execute("INSERT INTO steps (run_id, step, started_at, record, written_at) "
+                       "VALUES ('r1', 3, 0, '{{}}', 0)")
         os._exit(9)  # dies holding the open transaction of step 3
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -63,8 +63,9 @@ PR1300_DEFAULTS = {
     "--optimizer": ["adam"],
 }
 FLOATS = {"--eps-clip": 0.2, "--eps-clip-high": 0.28, "--kl-loss-coef": 0.0, "--entropy-coef": 0.0, "--lr": 1e-6}
-SWITCHES = ("--use-tis", "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d",
-            "--bf16", "--deterministic-mode", "--disable-weights-backuper", "--balance-data",
+SWITCHES = ("--use-tis", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
+            "--overlap-cpu-optimizer-d2h-h2d", "--bf16", "--deterministic-mode", "--disable-weights-backuper",
+            "--balance-data",
             "--moe-router-freeze-gate", "--freeze-e-score-correction-bias")
 ABSENT = ("--colocate", "--sequence-parallel", "--decoder-first-pipeline-num-layers", "--use-dynamic-batch-size",
           "--num-virtual-stages-per-pipeline-rank", "--pipeline-model-parallel-layout", "--use-kl-loss")

@@ -29,7 +29,6 @@ psutil = pytest.importorskip("psutil")
 from executor.backends.miles import run_miles  # noqa: E402
 from perfmodel.inputs.loading import parse  # noqa: E402
 from perfmodel.inputs.plan import Plan  # noqa: E402
-from tests.ray_head import ray_head  # noqa: E402,F401  (fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = REPO / "examples" / "seed-mi355x-dsv4.yaml"

@@ -16,6 +16,7 @@ from perfmodel.errors import InputError
 from perfmodel.report import figures as F
 from perfmodel.report.capacity import SECTIONS, build_report
 from perfmodel.report.sweep_data import COLUMNS, load_sweep, read_trace
+
 from .sweep_folder import write_sweep
 
 
@@ -25,7 +26,7 @@ def _copy(sweep_dir: Path, tmp_path: Path) -> Path:
     return d
 
 
-def _rewrite_csv(d: Path, edit) -> Path:  # noqa: ANN001
+def _rewrite_csv(d: Path, edit) -> Path:
     p = d / "candidates.csv"
     rows = list(csv.reader(p.read_text().splitlines()))
     rows = edit(rows)
@@ -202,7 +203,7 @@ def test_measured_summary() -> None:
 
 
 # --------------------------------------------------------------------------------------------- bad input
-def _err(d: Path, **kw) -> InputError:  # noqa: ANN003
+def _err(d: Path, **kw) -> InputError:
     with pytest.raises(InputError) as ei:
         build_report(d, out_html=d.parent / "out.html", **kw)
     assert "\n" not in str(ei.value)

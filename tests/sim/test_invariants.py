@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perfmodel.errors import InputError
 from perfmodel.cost.memory.training import MemoryBreakdown
+from perfmodel.errors import InputError
+from perfmodel.inputs.run import RunSpec
+from perfmodel.inputs.scenario import build_scenario
 from perfmodel.predict import simulate_run
 from perfmodel.sim.invariants import PhysicsError, check_rl_step
 from perfmodel.sim.train import TrainStepResult
-from perfmodel.inputs.run import RunSpec
-from perfmodel.inputs.scenario import build_scenario
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 REPRO = DATA / "gpt3-175b-a100-interleaved.yaml"

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perfmodel.errors import InputError
-from perfmodel.predict import simulate_scenario
 from perfmodel.inputs.run import RunSpec
 from perfmodel.inputs.scenario import build_scenario
+from perfmodel.predict import simulate_scenario
 from tests.conftest import REPO
 
 SCALE = float(os.environ.get("PERFMODEL_PROPERTY_EXAMPLES", "1"))
@@ -28,7 +28,7 @@ COUNTS: Counter[str] = Counter()
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _report_counts():  # noqa: ANN202
+def _report_counts():
     yield
     print(f"\nphysics properties: {dict(COUNTS)}")
 
@@ -112,7 +112,7 @@ def rl_runs(draw: st.DrawFn) -> dict:
     }
 
 
-def _check_physics(res) -> None:  # noqa: ANN001
+def _check_physics(res) -> None:
     trains = [res.train] if res.train is not None else [
         x for x in (res.rl.train_side.train, res.rl.train_side.log_probs, res.rl.train_side.ref_log_probs,
                     res.rl.train_side.critic) if x is not None]

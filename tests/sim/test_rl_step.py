@@ -7,10 +7,10 @@ import copy
 
 import pytest
 
-from perfmodel.predict import simulate_scenario
 from perfmodel.inputs.plan import load_plan
 from perfmodel.inputs.run import RunSpec
 from perfmodel.inputs.scenario import build_scenario
+from perfmodel.predict import simulate_scenario
 from tests.conftest import REPO
 
 SEED = load_plan(REPO / "examples" / "seed-mi355x-dsv4.yaml")

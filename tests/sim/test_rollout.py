@@ -9,13 +9,12 @@ import time
 
 import pytest
 
-from perfmodel.errors import InputError
 from perfmodel.cost.serve.engine import EngineCost, RolloutParams, decode_step_time_s, engine_geometry
-from perfmodel.sim.response_law import response_law, response_lengths
-from perfmodel.sim.rollout import simulate_rollout
+from perfmodel.errors import InputError
 from perfmodel.inputs.case import load_case
 from perfmodel.inputs.scenario import build_scenario
-
+from perfmodel.sim.response_law import response_law, response_lengths
+from perfmodel.sim.rollout import simulate_rollout
 from tests.sim.gb300_case import GB300
 from tests.sim.gb300_case import gb300_case as _base
 from tests.sim.gb300_case import scenario_of as _scn

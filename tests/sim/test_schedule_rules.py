@@ -24,12 +24,12 @@ def _times(split: bool, chunks: int) -> OpTimes:
     return OpTimes(F / chunks, (B + W) / chunks)
 
 
-def _run(s):  # noqa: ANN001, ANN202
+def _run(s):
     t = _times(s.split_backward, s.chunks)
     return run_pipeline(s, lambda vs, mb: t, lambda vs: 0.01, record_trace=True)
 
 
-def _assert_sane(s, r) -> None:  # noqa: ANN001
+def _assert_sane(s, r) -> None:
     ops_per_mb = 3 if s.split_backward else 2
     assert r.events == s.pp * s.chunks * s.m * ops_per_mb  # every op of every micro-batch ran
     ideal = s.m * (F + B + W)  # one rank's own work
@@ -67,7 +67,7 @@ def test_interleaved_order_is_megatron_schedule_table() -> None:
     assert s._order(False) == expected
     try:
         from megatron.core.pipeline_parallel.schedules import get_schedule_table
-    except Exception:  # noqa: BLE001 - megatron-core is an optional extra (and needs the CPU shims to import)
+    except Exception:
         return
     for pp, m, v, g in [(2, 5, 2, 3), (4, 16, 3, 4), (4, 10, 2, 5), (8, 24, 4, 8), (4, 9, 3, 5)]:
         assert Interleaved(pp, m, v, group=g)._order(False) == [tuple(x) for x in get_schedule_table(m, v, g)]

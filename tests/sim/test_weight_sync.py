@@ -3,7 +3,6 @@ disk, FP8 vs BF16 rollout."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from perfmodel.cost.serve.weight_update import (
@@ -17,7 +16,6 @@ from perfmodel.cost.serve.weight_update import (
 )
 from perfmodel.inputs.case import load_case
 from perfmodel.inputs.scenario import build_scenario
-
 from tests.sim.gb300_case import GB300
 from tests.sim.gb300_case import gb300_case as _base
 from tests.sim.gb300_case import scenario_of as _scn
@@ -34,7 +32,7 @@ def test_bucket_fit_reproduces_both_measurements():
     assert (c, r) == (PER_BUCKET_S, PIPELINE_BYTES_PER_S)
     assert c == pytest.approx(0.0134, rel=0.01)
     assert r == pytest.approx(15.7e9, rel=0.01)
-    for mb, n, t, _ in GB300_BUCKET_RUNS:
+    for _, n, t, _ in GB300_BUCKET_RUNS:
         assert n * c + 2130 * 256 * MIB / r == pytest.approx(t, rel=0.01)  # same model bytes in both runs
 
 

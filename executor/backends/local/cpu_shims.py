@@ -9,7 +9,8 @@ Megatron side (`apply_megatron_shims`, call before importing megatron.core):
      `transformer/attention.py` only catches ImportError. We set `sys.modules["flash_mla"] = None`, which
      makes `import flash_mla` raise ImportError.
   2. `torch.cuda.current_device()` is used as a device for buffers, rotary tables, p2p shapes, also in
-     autograd backward functions where shim 3 is not active: it returns `torch.device("cpu")`. `torch.cuda.synchronize` (pipeline p2p) becomes a no-op.
+     autograd backward functions where shim 3 is not active: it returns `torch.device("cpu")`.
+     `torch.cuda.synchronize` (pipeline p2p) becomes a no-op.
   3. A TorchFunctionMode maps every `device="cuda"` / `device=<int>` of a tensor factory, `.to(...)` and
      `.cuda()` to the CPU (optimizer, clip_grads, DDP buffers, schedules create tensors on 'cuda').
      `Tensor.type()` reports `torch.cuda.*Tensor`, the strings the mixed-precision optimizer checks.
@@ -124,12 +125,12 @@ def apply_megatron_shims() -> None:
     torch.cuda.synchronize = lambda device=None: None  # type: ignore[assignment]
     CudaDeviceToCpu().__enter__()  # shim 3: stays on for the life of the trainer process
 
-    from megatron.core.tensor_parallel import random as mp_random  # noqa: PLC0415
+    from megatron.core.tensor_parallel import random as mp_random
 
     mp_random.CudaRNGStatesTracker.add = _CpuRngTrackerMethods.add  # shim 4
     mp_random.CudaRNGStatesTracker.fork = _CpuRngTrackerMethods.fork
 
-    from megatron.core.transformer.moe import moe_utils, token_dispatcher  # noqa: PLC0415
+    from megatron.core.transformer.moe import moe_utils, token_dispatcher
 
     if not hasattr(moe_utils, "te_general_gemm"):
         moe_utils.te_general_gemm = None  # shim 6
@@ -145,7 +146,7 @@ def apply_sglang_shims() -> None:
     if not needs_cpu_shims() or "sglang" in _APPLIED:
         return
     _APPLIED.add("sglang")
-    from sglang.srt.layers.rotary_embedding import base as rope_base  # noqa: PLC0415
+    from sglang.srt.layers.rotary_embedding import base as rope_base
 
     original_init = rope_base.RotaryEmbedding.__init__
 
@@ -165,14 +166,14 @@ def apply_sglang_shims() -> None:
 def run_scheduler_process_on_cpu(*args: Any, **kwargs: Any) -> Any:
     """SGLang scheduler subprocess entry: apply shim 7, then run SGLang's own entry."""
     apply_sglang_shims()
-    from sglang.srt.managers.scheduler import run_scheduler_process  # noqa: PLC0415
+    from sglang.srt.managers.scheduler import run_scheduler_process
 
     return run_scheduler_process(*args, **kwargs)
 
 
 def sglang_engine_class() -> type:
     """`sglang.Engine`, or on a CPU machine a subclass whose scheduler subprocess applies shim 7."""
-    from sglang.srt.entrypoints.engine import Engine  # noqa: PLC0415  (sglang.Engine is a lazy proxy)
+    from sglang.srt.entrypoints.engine import Engine
 
     if not needs_cpu_shims():
         return Engine

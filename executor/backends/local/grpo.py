@@ -21,7 +21,9 @@ EPS_CLIP = 0.2
 EPS_CLIP_HIGH = 0.28
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, std_normalize: bool = True, eps: float = 1e-6) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, std_normalize: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
     """Per-sample advantages. `rewards` is [groups * group_size], samples of one prompt adjacent."""
     if rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")

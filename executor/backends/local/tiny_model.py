@@ -49,7 +49,8 @@ class TinyArch:
         """Raises ValueError naming the offending key (the plan check turns it into an InputError)."""
         archs = cfg.get("architectures") or ["LlamaForCausalLM"]
         if archs[0] not in SUPPORTED_ARCHITECTURES:
-            raise ValueError(f"architectures: the local backend runs {', '.join(SUPPORTED_ARCHITECTURES)}, got {archs[0]}")
+            raise ValueError(
+                f"architectures: the local backend runs {', '.join(SUPPORTED_ARCHITECTURES)}, got {archs[0]}")
         if cfg.get("tie_word_embeddings", False):
             raise ValueError("tie_word_embeddings: the local backend uses untied embeddings (set it to false)")
         for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
@@ -58,7 +59,8 @@ class TinyArch:
         heads = cfg["num_attention_heads"]
         kv = cfg.get("num_key_value_heads", heads)
         if cfg["hidden_size"] % heads or heads % kv:
-            raise ValueError("num_attention_heads: hidden_size must divide by the heads and the heads by num_key_value_heads")
+            raise ValueError(
+                "num_attention_heads: hidden_size must divide by the heads and the heads by num_key_value_heads")
         moe = archs[0] == "MixtralForCausalLM"
         return cls(
             architecture=archs[0],
@@ -105,8 +107,8 @@ class TinyArch:
 
 
 def transformer_config(arch: TinyArch, pp: int, ep: int, dtype: torch.dtype = torch.bfloat16) -> Any:
-    import torch.nn.functional as F  # noqa: PLC0415
-    from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: PLC0415
+    import torch.nn.functional as F
+    from megatron.core.transformer.transformer_config import TransformerConfig
 
     moe: dict[str, Any] = {}
     if arch.is_moe:
@@ -128,10 +130,11 @@ def transformer_config(arch: TinyArch, pp: int, ep: int, dtype: torch.dtype = to
 
 
 def build_gpt_model(arch: TinyArch, config: Any, pre_process: bool, post_process: bool) -> Any:
-    from megatron.core.models.gpt import GPTModel  # noqa: PLC0415
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec  # noqa: PLC0415
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    spec = get_gpt_layer_local_spec(num_experts=arch.num_experts or None, moe_grouped_gemm=False, normalization="RMSNorm")
+    spec = get_gpt_layer_local_spec(
+        num_experts=arch.num_experts or None, moe_grouped_gemm=False, normalization="RMSNorm")
     return GPTModel(
         config=config, transformer_layer_spec=spec, vocab_size=arch.vocab_size,
         max_sequence_length=arch.max_position_embeddings, pre_process=pre_process, post_process=post_process,
@@ -139,7 +142,9 @@ def build_gpt_model(arch: TinyArch, config: Any, pre_process: bool, post_process
     )
 
 
-def megatron_to_hf(model: Any, arch: TinyArch, ep_rank: int = 0, ep_size: int = 1) -> Iterator[tuple[str, torch.Tensor]]:
+def megatron_to_hf(
+    model: Any, arch: TinyArch, ep_rank: int = 0, ep_size: int = 1
+) -> Iterator[tuple[str, torch.Tensor]]:
     """This rank's parameters of `model` (a GPTModel, possibly wrapped) under their Hugging Face names."""
     inner = model
     while hasattr(inner, "module"):
@@ -162,7 +167,9 @@ def megatron_to_hf(model: Any, arch: TinyArch, ep_rank: int = 0, ep_size: int = 
             raise KeyError(f"no Hugging Face name for megatron parameter {name}")
 
 
-def _layer_to_hf(prefix: str, rest: str, w: torch.Tensor, arch: TinyArch, expert_offset: int) -> Iterator[tuple[str, torch.Tensor]]:
+def _layer_to_hf(
+    prefix: str, rest: str, w: torch.Tensor, arch: TinyArch, expert_offset: int
+) -> Iterator[tuple[str, torch.Tensor]]:
     if rest == "input_layernorm.weight":
         yield f"{prefix}.input_layernorm.weight", w
     elif rest == "pre_mlp_layernorm.weight":
@@ -208,7 +215,7 @@ def is_quantizable(hf_name: str) -> bool:
 
 def write_hf_checkpoint(directory: Path, arch: TinyArch, tensors: dict[str, torch.Tensor]) -> None:
     """config.json + model.safetensors (BF16) + the shipped tokenizer: what SGLang's Engine loads."""
-    from safetensors.torch import save_file  # noqa: PLC0415
+    from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(arch.hf_config(), indent=2) + "\n", encoding="utf-8")

@@ -25,7 +25,7 @@ def vocabulary() -> dict[str, int]:
 
 def build_tokenizer_json() -> str:
     """The tokenizer.json text: a BPE model without merges (= one token per character), fused decoding."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models  # noqa: PLC0415
+    from tokenizers import AddedToken, Tokenizer, decoders, models
 
     tok = Tokenizer(models.BPE(vocab=vocabulary(), merges=[], unk_token=None, fuse_unk=False))
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])

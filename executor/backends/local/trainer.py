@@ -47,7 +47,10 @@ def response_log_probs(logits: torch.Tensor, batch: TrainBatch) -> list[torch.Te
     logp = torch.log_softmax(logits.float(), dim=-1)
     targets = batch.tokens[:, 1:].to(logits.device)
     token_logp = logp[:, :-1].gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return [token_logp[i, p - 1 : p - 1 + r] for i, (p, r) in enumerate(zip(batch.prompt_lengths, batch.response_lengths))]
+    return [
+        token_logp[i, p - 1 : p - 1 + r]
+        for i, (p, r) in enumerate(zip(batch.prompt_lengths, batch.response_lengths))
+    ]
 
 
 @dataclass
@@ -60,7 +63,7 @@ class _BackwardTimer:
     """Wraps megatron's `schedules.backward_step` to time each micro-batch backward (instrumentation only)."""
 
     def __init__(self) -> None:
-        from megatron.core.pipeline_parallel import schedules  # noqa: PLC0415
+        from megatron.core.pipeline_parallel import schedules
 
         self.schedules = schedules
         self.original = schedules.backward_step
@@ -76,17 +79,19 @@ class _BackwardTimer:
 
 
 class Trainer:
-    def __init__(self, arch: TinyArch, pp: int, ep: int, micro_batch: int, global_batch: int, options: LocalOptions) -> None:
-        from megatron.core import parallel_state as ps  # noqa: PLC0415
-        from megatron.core.distributed import (  # noqa: PLC0415
+    def __init__(
+        self, arch: TinyArch, pp: int, ep: int, micro_batch: int, global_batch: int, options: LocalOptions
+    ) -> None:
+        from megatron.core import parallel_state as ps
+        from megatron.core.distributed import (
             DistributedDataParallel,
             DistributedDataParallelConfig,
             finalize_model_grads,
         )
-        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer  # noqa: PLC0415
-        from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: PLC0415
-        from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: PLC0415
-        from megatron.core.transformer.module import Float16Module  # noqa: PLC0415
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+        from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+        from megatron.core.transformer.module import Float16Module
 
         self.ps = ps
         self.arch = arch
@@ -124,7 +129,9 @@ class Trainer:
     def _micro_batches(self, batch: TrainBatch) -> list[TrainBatch]:
         return [batch.subset(i, i + self.micro_batch) for i in range(0, len(batch), self.micro_batch)]
 
-    def _run(self, batch: TrainBatch, loss_fn_factory: Any, forward_only: bool, times: MicroBatchTimes) -> list[dict[str, Any]]:
+    def _run(
+        self, batch: TrainBatch, loss_fn_factory: Any, forward_only: bool, times: MicroBatchTimes
+    ) -> list[dict[str, Any]]:
         micro = self._micro_batches(batch)
         seq = batch.tokens.shape[1]
         positions = torch.arange(seq, device=self.device).unsqueeze(0)
@@ -173,7 +180,7 @@ class Trainer:
             mini = batch.subset(k * per_step, (k + 1) * per_step)
             samples_in_step = self.global_batch // optimizer_steps
 
-            def loss_fn_factory(mb: TrainBatch, n_micro: int) -> Any:
+            def loss_fn_factory(mb: TrainBatch, n_micro: int, samples_in_step: int = samples_in_step) -> Any:
                 def loss_fn(logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
                     lps = response_log_probs(logits, mb)
                     dev = logits.device
@@ -225,12 +232,14 @@ class Trainer:
         return merged
 
     def peak_rss_bytes(self) -> int:
-        import resource  # noqa: PLC0415
+        import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def pack_samples(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int) -> tuple[torch.Tensor, list[int], list[int]]:
+def pack_samples(
+    prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int
+) -> tuple[torch.Tensor, list[int], list[int]]:
     seqs = [p + r for p, r in zip(prompt_ids, response_ids, strict=True)]
     width = max(len(s) for s in seqs)
     tokens = torch.full((len(seqs), width), pad_id, dtype=torch.long)

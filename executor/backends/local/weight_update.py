@@ -37,7 +37,9 @@ class WeightUpdateResult:
     engine_format: str
 
 
-def prepare_for_engine(tensors: dict[str, torch.Tensor], precision: str) -> tuple[list[tuple[str, torch.Tensor]], int, int]:
+def prepare_for_engine(
+    tensors: dict[str, torch.Tensor], precision: str
+) -> tuple[list[tuple[str, torch.Tensor]], int, int]:
     """(named tensors to send, FP8-format payload bytes, number of quantized tensors)."""
     out: list[tuple[str, torch.Tensor]] = []
     payload = 0

@@ -1,4 +1,5 @@
-"""One torchrun rank of a local GRPO run: `python -m torch.distributed.run ... -m executor.backends.local.worker --job J`.
+"""One torchrun rank of a local GRPO run:
+`python -m torch.distributed.run ... -m executor.backends.local.worker --job J`.
 
 Every rank trains (megatron-core, its PP stage / EP experts / DP share). Rank 0 also drives: it hosts the
 SGLang engine, samples prompts, scores rewards, computes group advantages, pushes weights, and writes the
@@ -49,7 +50,7 @@ def _vm_hwm_bytes(pid: int) -> int:
 
 
 def _engine_peak_rss_bytes() -> int:
-    import psutil  # noqa: PLC0415
+    import psutil
 
     return sum(_vm_hwm_bytes(c.pid) for c in psutil.Process().children(recursive=True))
 
@@ -113,7 +114,7 @@ def run(job: dict[str, Any]) -> None:
     apply_megatron_shims()
     for module in _RUN_MODULES:
         importlib.import_module(module)
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch.distributed as dist
 
     setup = _setup(job)
     driver = _open_driver(setup)  # None off rank 0
@@ -136,13 +137,13 @@ def run(job: dict[str, Any]) -> None:
 
 def _setup(job: dict[str, Any]) -> _Setup:
     """Load the plan, join the process group and build this rank's share of the Megatron model."""
-    import torch  # noqa: PLC0415
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch
+    import torch.distributed as dist
 
-    from executor.backends.local.options import LocalOptions  # noqa: PLC0415
-    from executor.backends.local.tiny_model import TinyArch  # noqa: PLC0415
-    from executor.backends.local.trainer import Trainer  # noqa: PLC0415
-    from perfmodel.inputs.plan import load_plan  # noqa: PLC0415
+    from executor.backends.local.options import LocalOptions
+    from executor.backends.local.tiny_model import TinyArch
+    from executor.backends.local.trainer import Trainer
+    from perfmodel.inputs.plan import load_plan
 
     plan = load_plan(job["plan_path"])
     options = LocalOptions.model_validate(plan.executor.options)
@@ -170,8 +171,8 @@ def _open_driver(setup: _Setup) -> _Driver | None:
     origin = time.time()
     if setup.rank != 0:
         return None
-    from executor.measurement_sink import MeasurementSink  # noqa: PLC0415
-    from executor.trace import TraceWriter  # noqa: PLC0415
+    from executor.measurement_sink import MeasurementSink
+    from executor.trace import TraceWriter
 
     sink = MeasurementSink.open(setup.job["store_path"])
     return _Driver(sink=sink, trace=TraceWriter(setup.run_dir / "trace.json", origin))
@@ -179,14 +180,14 @@ def _open_driver(setup: _Setup) -> _Driver | None:
 
 def _start_engine(setup: _Setup, driver: _Driver | None) -> None:
     """Initial checkpoint (Megatron's random init, in HF format), SGLang on it, and the first weight update."""
-    from executor.backends.local.tiny_model import write_hf_checkpoint  # noqa: PLC0415
+    from executor.backends.local.tiny_model import write_hf_checkpoint
 
     t0 = time.time()
     init_tensors = setup.trainer.hf_tensors_on_rank0()  # a collective: every rank takes part
     if driver is None:
         return
-    from executor.backends.local.rollout import RolloutEngine  # noqa: PLC0415
-    from executor.backends.local.weight_update import push_weights  # noqa: PLC0415
+    from executor.backends.local.rollout import RolloutEngine
+    from executor.backends.local.weight_update import push_weights
 
     rl, run_dir, layout = setup.rl, setup.run_dir, setup.plan.train.layout
     write_hf_checkpoint(run_dir / "hf_init", setup.arch, init_tensors)
@@ -211,7 +212,7 @@ def _start_engine(setup: _Setup, driver: _Driver | None) -> None:
 
 def _run_step(setup: _Setup, driver: _Driver | None, rng: random.Random, step: int) -> None:
     """rollout -> broadcast -> log_probs -> train -> gather weights -> engine update; rank 0 records the step."""
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch.distributed as dist
 
     clock = _StepClock(time.time())
     data = _rollout_and_broadcast(setup, driver, rng, clock)
@@ -227,7 +228,7 @@ def _run_step(setup: _Setup, driver: _Driver | None, rng: random.Random, step: i
 def _rollout_and_broadcast(setup: _Setup, driver: _Driver | None, rng: random.Random,
                            clock: _StepClock) -> dict[str, Any]:
     """Rank 0 generates and scores the step's batch; every rank receives it."""
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch.distributed as dist
 
     payload: list[Any] = [None]
     if driver is not None:
@@ -240,12 +241,12 @@ def _rollout_and_broadcast(setup: _Setup, driver: _Driver | None, rng: random.Ra
 
 def _generate_batch(setup: _Setup, driver: _Driver, rng: random.Random) -> dict[str, Any]:
     """Rank 0: sample prompts, generate with SGLang, reward, group advantages, pack into training rows."""
-    import torch  # noqa: PLC0415
+    import torch
 
-    from executor.backends.local.grpo import group_advantages  # noqa: PLC0415
-    from executor.backends.local.task import reward, sample_prompts  # noqa: PLC0415
-    from executor.backends.local.tokenizer import PAD_ID  # noqa: PLC0415
-    from executor.backends.local.trainer import pack_samples  # noqa: PLC0415
+    from executor.backends.local.grpo import group_advantages
+    from executor.backends.local.task import reward, sample_prompts
+    from executor.backends.local.tokenizer import PAD_ID
+    from executor.backends.local.trainer import pack_samples
 
     rl, options, engine = setup.rl, setup.options, driver.engine
     prompts = sample_prompts(options.task, rng, rl.prompts_per_step)
@@ -267,7 +268,7 @@ def _generate_batch(setup: _Setup, driver: _Driver, rng: random.Random) -> dict[
 
 def _dp_share(setup: _Setup, data: dict[str, Any]) -> TrainBatch:
     """This DP rank's rows of the broadcast batch."""
-    from executor.backends.local.trainer import TrainBatch  # noqa: PLC0415
+    from executor.backends.local.trainer import TrainBatch
 
     idx = list(range(setup.dp_rank, setup.samples_per_step, setup.dp))
     return TrainBatch(data["tokens"][idx], [data["prompt_lengths"][i] for i in idx],
@@ -278,10 +279,10 @@ def _dp_share(setup: _Setup, data: dict[str, Any]) -> TrainBatch:
 def _train_and_update(setup: _Setup, driver: _Driver | None, data: dict[str, Any],
                       clock: _StepClock) -> tuple[dict[str, Any], WeightUpdateResult | None]:
     """log_probs, train and the weight push on this rank: returns its measurements and (rank 0) the update's."""
-    import torch  # noqa: PLC0415
+    import torch
 
-    from executor.backends.local.grpo import logprob_gap  # noqa: PLC0415
-    from executor.backends.local.trainer import MicroBatchTimes  # noqa: PLC0415
+    from executor.backends.local.grpo import logprob_gap
+    from executor.backends.local.trainer import MicroBatchTimes
 
     trainer = setup.trainer
     local = _dp_share(setup, data)
@@ -304,7 +305,7 @@ def _train_and_update(setup: _Setup, driver: _Driver | None, data: dict[str, Any
     clock.lap("gather_weights", "train")
     wu = None
     if driver is not None:
-        from executor.backends.local.weight_update import push_weights  # noqa: PLC0415
+        from executor.backends.local.weight_update import push_weights
 
         wu = push_weights(driver.engine, tensors, setup.rl.rollout.precision, setup.rl.weight_update.mode,
                           setup.arch, setup.run_dir / "hf_update")
@@ -318,9 +319,9 @@ def _train_and_update(setup: _Setup, driver: _Driver | None, data: dict[str, Any
 def _record_step(setup: _Setup, driver: _Driver, step: int, data: dict[str, Any], clock: _StepClock,
                  wu: WeightUpdateResult, gathered: list[dict[str, Any]], step_end: float) -> None:
     """Rank 0: merge the ranks' measurements into one StepRecord, write it and the trace, log progress."""
-    import torch  # noqa: PLC0415
+    import torch
 
-    from executor.records import MicroBatchTiming, StepRecord  # noqa: PLC0415
+    from executor.records import MicroBatchTiming, StepRecord
 
     parts = [m for m in gathered if m["gap"] is not None]  # the last PP stage's ranks
     n = sum(p["gap"][2] for p in parts)

@@ -115,7 +115,8 @@ def pipeline_split_args(stage_layers: Sequence[int], pp: int, vpp: int) -> tuple
         if len(set(s[1:])) == 1:
             return ["--decoder-first-pipeline-num-layers", str(first)], f"split {s}: first stage {first}"
         if len(set(middle)) <= 1:
-            return (["--decoder-first-pipeline-num-layers", str(first), "--decoder-last-pipeline-num-layers", str(last)],
+            return (["--decoder-first-pipeline-num-layers", str(first),
+                     "--decoder-last-pipeline-num-layers", str(last)],
                     f"split {s}: first {first}, last {last}")
     elif even:
         return ["--num-virtual-stages-per-pipeline-rank", str(vpp)], f"even split, {vpp} virtual stages per rank"

@@ -19,7 +19,8 @@ The logger format is ``[%(asctime)s.%(msecs)03d {name}] %(filename)s:%(lineno)d 
 ``(ActorName pid=..., ip=...)`` in ANSI colour, sometimes with a `` [repeated Nx across cluster]`` tail. So a line
 as the job log shows it looks like::
 
-    (MegatronTrainRayActor pid=4121) [2026-07-08 10:01:02.123 actor] train_metric_utils.py:56 - perf 3: {'perf/actor_train_time': 100.4, ...}
+    (MegatronTrainRayActor pid=4121) [2026-07-08 10:01:02.123 actor] train_metric_utils.py:56 - perf 3: \
+{'perf/actor_train_time': 100.4, ...}
 
 The `update_weights` timer ends after training, so the `perf/update_weights_time` in rollout N's training-side dict
 is the weight update that *preceded* step N's training (for N = 0: the initial sync before the loop). That is one
@@ -100,7 +101,8 @@ class _SafeEval:
 
 
 _safe_eval = _SafeEval()
-_PAIR = re.compile(r"'(?P<key>[^'\\]+)'\s*:\s*(?:[A-Za-z_][\w.]*\()?(?P<num>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf))")
+_PAIR = re.compile(
+    r"'(?P<key>[^'\\]+)'\s*:\s*(?:[A-Za-z_][\w.]*\()?(?P<num>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf))")
 
 
 def _numbers(d: dict[Any, Any]) -> dict[str, float]:

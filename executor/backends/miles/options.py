@@ -24,7 +24,8 @@ class MilesOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # Where Miles, Megatron and the checkpoints are (inside the training image).
-    miles_root: str = Field("/root/miles", description="Miles checkout on every node (rlsys/miles ROCm image: /workspace/miles)")
+    miles_root: str = Field(
+        "/root/miles", description="Miles checkout on every node (rlsys/miles ROCm image: /workspace/miles)")
     megatron_path: str = Field("/root/Megatron-LM", description="Megatron-LM checkout, put on PYTHONPATH")
     python: str = Field("python3", description="interpreter of the job's entry point")
     model_dir: str = Field("/root/models", description="folder of the default checkpoint paths")
@@ -32,7 +33,8 @@ class MilesOptions(BaseModel):
     model_type: str | None = Field(None, description="scripts/models/<model_type>.{py,sh}; default from the model id")
     model_args: list[str] | None = Field(None, description="explicit Megatron MODEL_ARGS (skips scripts/models)")
     model_args_format: Literal["auto", "py", "sh"] = Field(
-        "auto", description="py: model_args_utils.py (Miles >= Aug 2026); sh: source scripts/models/<type>.sh (PR #1300)")
+        "auto",
+        description="py: model_args_utils.py (Miles >= Aug 2026); sh: source scripts/models/<type>.sh (PR #1300)")
     hf_checkpoint: str | None = Field(None, description="HF checkpoint (tokenizer, config, rollout weights)")
     fp8_hf_checkpoint: str | None = Field(None, description="FP8 HF checkpoint served when rl.rollout.precision is fp8")
     ref_load: str | None = Field(None, description="Megatron torch_dist checkpoint of the initial actor/reference")
@@ -82,7 +84,8 @@ class MilesOptions(BaseModel):
     deterministic: bool = True
     rollout_routing_replay: bool = Field(False, description="R3: --use-rollout-routing-replay --use-miles-router")
     qkv_format: Literal["bshd", "thd"] | None = Field(None, description="default: the model recipe's")
-    dynamic_batch_size: bool | None = Field(None, description="default: on when max_tokens_per_gpu is set and qkv is not bshd")
+    dynamic_batch_size: bool | None = Field(
+        None, description="default: on when max_tokens_per_gpu is set and qkv is not bshd")
     log_probs_max_tokens_per_gpu: int | None = Field(None, ge=1, description="default: train.max_tokens_per_gpu")
     train_memory_margin_bytes: int | None = Field(None, ge=0)
     update_weight_disk_dir: str | None = None
@@ -95,7 +98,8 @@ class MilesOptions(BaseModel):
     extra_env: dict[str, str] = Field(default_factory=dict, description="added to (and overriding) the runtime env")
 
     # Ray
-    ray_address: str | None = Field(None, description=f"Ray dashboard address (default $RAY_ADDRESS or {DEFAULT_RAY_ADDRESS})")
+    ray_address: str | None = Field(
+        None, description=f"Ray dashboard address (default $RAY_ADDRESS or {DEFAULT_RAY_ADDRESS})")
     head_ip: str | None = Field(None, description="head node IP for the ray start commands and MASTER_ADDR")
     ray_port: int = Field(6379, ge=1, le=65535)
     dashboard_port: int = Field(8265, ge=1, le=65535)

@@ -60,7 +60,7 @@ def submit_and_follow(
     )
     parser = MilesLogParser(launch.num_steps_per_rollout)
     steps: list[dict[str, Any]] = []
-    log_file = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
+    log_file = open(log_path, "a", encoding="utf-8") if log_path else None
     deadline = time.monotonic() + timeout_s if timeout_s else None
 
     seen = [0]  # characters of the job log handled so far (a polling fallback resumes there)
@@ -97,7 +97,7 @@ def submit_and_follow(
         try:
             info = client.get_job_info(job_id)
             message = str(getattr(info, "message", "") or "")
-        except Exception:  # noqa: BLE001 - the message is a nicety
+        except Exception:
             message = ""
     except KeyboardInterrupt:
         client.stop_job(job_id)
@@ -120,7 +120,7 @@ def _follow(client: Any, job_id: str, handle: Callable[[str], None], deadline: f
         try:
             asyncio.run(tail())
             return False
-        except Exception:  # noqa: BLE001 - websocket trouble: fall back to polling the whole log
+        except Exception:
             return _poll_logs(client, job_id, handle, None, seen)
     remaining = max(0.0, deadline - time.monotonic())
 
@@ -128,12 +128,12 @@ def _follow(client: Any, job_id: str, handle: Callable[[str], None], deadline: f
         try:
             await asyncio.wait_for(tail(), timeout=remaining)
             return False
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return True
 
     try:
         return asyncio.run(bounded())
-    except Exception:  # noqa: BLE001
+    except Exception:
         return _poll_logs(client, job_id, handle, deadline, seen)
 
 

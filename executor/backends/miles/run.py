@@ -21,7 +21,7 @@ from perfmodel.inputs.plan import Plan
 
 def default_run_id(plan: Plan, now: _dt.datetime | None = None) -> str:
     """`<plan id>-<UTC yyyymmdd-HHMMSS>`: unique per submission (Ray submission ids must be)."""
-    now = now or _dt.datetime.now(_dt.timezone.utc)
+    now = now or _dt.datetime.now(_dt.UTC)
     return f"{plan.id}-{now.strftime('%Y%m%d-%H%M%S')}"
 
 

@@ -261,8 +261,9 @@ def inflight_per_stage(scn: Scenario, rank: int) -> dict[int, float]:
     * Interleaved (v chunks): Megatron-core's schedule runs (pp - r - 1) x 2 + (v - 1) x g warm-up forwards
       (megatron/core/pipeline_parallel/schedules.py; g = microbatch_group_size_per_vp_stage, default pp), and one
       more forward precedes the first backward, so rank r holds min(m v, 2(pp - r - 1) + (v - 1) g + 1)
-      chunk-micro-batches, forward k on chunk (k // g) % v. On rank 0 that is pp v + pp - 1 chunks of L/(pp v) layers, i.e. L layers x
-      (1 + (pp - 1)/(pp v)): Megatron's `interleaved_schedule_memory_penalty` (theoretical_memory_usage.py),
+      chunk-micro-batches, forward k on chunk (k // g) % v. On rank 0 that is pp v + pp - 1 chunks of L/(pp v)
+      layers, i.e. L layers x (1 + (pp - 1)/(pp v)): Megatron's `interleaved_schedule_memory_penalty`
+      (theoretical_memory_usage.py),
       after Narayanan et al. 2021 Sec. 2.2.2.
     * DualPipe: pp + 1 micro-batches of a stage per device (deepseek-ai/DualPipe README table; DeepSeek-V3 report
       Sec. 3.2.1: "increasing the peak activation memory by only 1/PP times"), spread over its two stages.

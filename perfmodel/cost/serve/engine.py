@@ -4,8 +4,8 @@ these costs. See that module's docstring for what is modelled; the constants bel
 
 Where it prices what training also prices, it goes through the same path: GEMMs through
 `perfmodel.cost.compute.gemm_roofline_s`, EP dispatch through `perfmodel.cost.dispatch`, parameters by role through
-`perfmodel.cost.params`. It keeps two named choices of its own (decode GEMMs at the large-GEMM rate without the curve, `ROLLOUT_DEDUP_DISPATCH`) so
-predictions stay as measured; switching them is a model change.
+`perfmodel.cost.params`. It keeps two named choices of its own (decode GEMMs at the large-GEMM rate without the
+curve, `ROLLOUT_DEDUP_DISPATCH`) so predictions stay as measured; switching them is a model change.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ DeepEP-style deduplicated dispatch training can choose; switching is a model cha
 
 KERNEL_FLOOR_S = KERNEL_OVERHEAD_S
 """Fixed GPU time of one kernel (launch, ramp, tail): `perfmodel.cost.compute.KERNEL_OVERHEAD_S`, AMD-AGI/Primus
-projection `kernel_launch_latency` 2.8 us (docs/reference/hardware.md S4), the number the hardware profiles also use for the GEMM
-half-efficiency point. Cross-check:
+projection `kernel_launch_latency` 2.8 us (docs/reference/hardware.md S4), the number the hardware profiles also use
+for the GEMM half-efficiency point. Cross-check:
 sgl-project/sglang issue #29960 (DSV4-Flash decode, 2 x RTX PRO 6000, TP2) reports a 12.0 ms GPU span for a graph of
 2,876 nodes whose weight reads take about 3 ms, i.e. about 3 us per node."""
 
@@ -260,7 +260,8 @@ class EngineCost:
         return tuple(KVComponent(r, c, v[0], v[1], lab) for (r, c, lab), v in acc.items())
 
     def kv_bytes(self, ctx: float) -> float:
-        """KV pool bytes (per GPU of its attention rank) a request of `ctx` tokens holds (perfmodel.cost.memory.rollout)."""
+        """KV pool bytes (per GPU of its attention rank) a request of `ctx` tokens holds
+        (perfmodel.cost.memory.rollout)."""
         return self.kv_bytes_per_request_fixed + self.kv_bytes_per_token * ctx
 
     def attn_time(self, ctx: float) -> float:

@@ -25,8 +25,8 @@ After the rollout, colocated runs release the engine memory and onload the train
 `after_rollout_s`, not in `total_s`.
 
 Bucket calibration (GB300, bobboli/miles experiments/aga_dsv4_flash/EXPERIMENT_LOG_2026-08-10.md, summarised in
-docs/reference/dsv4-flash-and-miles.md section 3.2): colocated CUDA-IPC update of DSV4-Flash (BF16 trainer, FP8 rollout, 32 GB300
-in one NVL72 domain, 8 TP4 engines).
+docs/reference/dsv4-flash-and-miles.md section 3.2): colocated CUDA-IPC update of DSV4-Flash (BF16 trainer, FP8
+rollout, 32 GB300 in one NVL72 domain, 8 TP4 engines).
 
 * 256 MiB buckets, 2,130 buckets: steady updates 63.3, 65.4, 66.3, 68.0 s and "updates 2-4 each about 65 s"
   (first updates 72.4-76.5 s include warm-up and are left out) -> T256 = 65.0 s.
@@ -47,7 +47,8 @@ Not modelled: overlap of gather and send across buckets (Miles runs them one aft
 P2P / delta updates, NCCL group setup on the first update (cold updates are ~10% slower than steady ones).
 
 Shared pieces: collectives from `perfmodel.cost.comm` (Megatron group placement), the trainer's GPU bytes from
-`perfmodel.cost.memory.training.training_memory` (worst pipeline rank) and the rollout weights per GPU from `rollout_memory`.
+`perfmodel.cost.memory.training.training_memory` (worst pipeline rank) and the rollout weights per GPU from
+`rollout_memory`.
 """
 
 from __future__ import annotations
@@ -55,11 +56,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from perfmodel.cost.dtypes import FP8_BLOCK_WEIGHT_BYTES
 from perfmodel.cost.comm import GroupPlacement, all_gather_s, broadcast_s, group_placement
-from perfmodel.errors import InputError
+from perfmodel.cost.dtypes import FP8_BLOCK_WEIGHT_BYTES
 from perfmodel.cost.memory.rollout import rollout_memory
 from perfmodel.cost.memory.training import training_memory
+from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.inputs.model import ModelSpec
 from perfmodel.inputs.scenario import Scenario
@@ -71,7 +72,8 @@ MIB = 2**20
 
 GB300_BUCKET_RUNS: tuple[tuple[float, int, float, str], ...] = (
     (256.0, 2130, 65.0, "steady updates 63.3 / 65.4 / 66.3 / 68.0 s and 'updates 2-4 each about 65 s' "
-                        "(bobboli/miles aga_dsv4_flash EXPERIMENT_LOG_2026-08-10; docs/reference/dsv4-flash-and-miles.md 3.2)"),
+                        "(bobboli/miles aga_dsv4_flash EXPERIMENT_LOG_2026-08-10; "
+                        "docs/reference/dsv4-flash-and-miles.md 3.2)"),
     (64.0, 8537, 150.7, "steady updates 150.6 / 149.8 / 151.8 s (same log; first update 160 s left out)"),
 )
 GB300_REFERENCE_LINK_BYTES_PER_S = 900.0e9

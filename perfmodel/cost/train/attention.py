@@ -21,7 +21,6 @@ from perfmodel.cost.train.work import (
 )
 from perfmodel.inputs.model import AttentionSpec
 
-
 # ---------------------------------------------------------------------------------------------------------------
 # Keys per query
 
@@ -118,8 +117,8 @@ def _mla(b: Builder, a: AttentionSpec, s: Shard) -> None:
 
 
 def _dsv4(b: Builder, a: AttentionSpec, s: Shard) -> None:
-    """DeepSeek-V4 hybrid attention (docs/reference/dsv4-flash-and-miles.md 1.3): one latent KV head of dim head_dim shared
-    by all heads (MQA), a raw sliding window on every layer, plus CSA (ratio 4: compressor + lightning indexer
+    """DeepSeek-V4 hybrid attention (docs/reference/dsv4-flash-and-miles.md 1.3): one latent KV head of dim head_dim
+    shared by all heads (MQA), a raw sliding window on every layer, plus CSA (ratio 4: compressor + lightning indexer
     + top-k sparse attention) or HCA (ratio 128: dense over the compressed entries); grouped output projection."""
     h, tp, prec = a.hidden_size, s.tp, s.precision
     hl = a.num_heads / tp

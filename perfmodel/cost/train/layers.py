@@ -30,8 +30,8 @@ Conventions (documented once here):
 
 from __future__ import annotations
 
-from perfmodel.cost.train.attention import attention_work, mean_keys_per_query
 from perfmodel.cost.dtypes import dtype_bytes
+from perfmodel.cost.train.attention import attention_work, mean_keys_per_query
 from perfmodel.cost.train.flops import head_model_flops_fwd, layer_model_flops_fwd, model_flops_per_token
 from perfmodel.cost.train.work import (
     ACT_BYTES,
@@ -113,8 +113,8 @@ def ffn_work(f: FFNSpec, s: Shard, imbalance: float = 1.0) -> Work:
 # compress ratio 0 / 4 / 128 layers. At the trace GPU's 8 TB/s x 0.75 (hwprofiles/mi355x.yaml) the means are
 # 20.5 GB and 39.5 GB per layer: 76 and 147 passes per token over the FP32 stream state (hc_mult x hidden x 4 B).
 # Miles' TileKernels fuse part of this (mhc_pre) on NVIDIA; its AMD training path keeps "explicit PyTorch/HIP
-# post-mix" (docs/reference/dsv4-flash-and-miles.md, runtime path table): the measured passes stand for both until a fused trace
-# exists. The time on other GPUs follows their HBM bandwidth.
+# post-mix" (docs/reference/dsv4-flash-and-miles.md, runtime path table): the measured passes stand for both until a
+# fused trace exists. The time on other GPUs follows their HBM bandwidth.
 HC_ELEMENTWISE_PASSES_FWD = 76.0
 HC_ELEMENTWISE_PASSES_BWD = 147.0
 

@@ -1,13 +1,13 @@
 """Expert-load imbalance and EP dispatch/combine volumes: the busiest EP rank sets an MoE layer's time.
 
 Learned routing takes a balance factor, max/mean load over EP ranks. The default 1.0 matches force-balanced
-benchmarks (Megatron-Bridge MoE runs "force-balance the token distribution among experts", docs/reference/hardware.md 3e);
-set it from a routing trace for real runs.
+benchmarks (Megatron-Bridge MoE runs "force-balance the token distribution among experts",
+docs/reference/hardware.md 3e); set it from a routing trace for real runs.
 
 Hash-routed layers (DeepSeek-V4's first `num_hash_layers`) look their experts up in a fixed token-id ->
-top_k table (`tid2eid`, shape [vocab_size, top_k]; docs/reference/dsv4-flash-and-miles.md 1.4), so their load follows the
-token-frequency distribution of the batch. Token frequencies follow Zipf's law, p(rank r) ~ r^-s with s close
-to 1 for natural-language words (Piantadosi 2014, "Zipf's word frequency law in natural language: a critical
+top_k table (`tid2eid`, shape [vocab_size, top_k]; docs/reference/dsv4-flash-and-miles.md 1.4), so their load
+follows the token-frequency distribution of the batch. Token frequencies follow Zipf's law, p(rank r) ~ r^-s with s
+close to 1 for natural-language words (Piantadosi 2014, "Zipf's word frequency law in natural language: a critical
 review and future directions", Psychon. Bull. Rev. 21:1112-1130). That review is about words, not BPE
 tokens: the default s = 1.1 is an assumption in the 1.0-1.2 band, to be varied as a sensitivity. Since
 tid2eid is a hash, the table is drawn here as uniform random distinct experts per token id, seeded: one
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfmodel.cost.dtypes import dtype_bytes
-from perfmodel.memo import Memo
 from perfmodel.inputs.model import FFNSpec
+from perfmodel.memo import Memo
 
 DEFAULT_BALANCE_FACTOR = 1.0  # force-balanced benchmarks (docs/reference/hardware.md 3e, S17 page note)
 DEFAULT_ZIPF_S = 1.1  # Piantadosi 2014: word-frequency exponent ~1; 1.1 assumed for BPE tokens (see above)

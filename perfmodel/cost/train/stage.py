@@ -23,8 +23,9 @@ from perfmodel.cost.comm import (
     placement_from_stride,
     send_recv_s,
 )
-from perfmodel.cost.dispatch import dispatch_s
 from perfmodel.cost.compute import attention_time_s, gemm_time_s, memory_bound_time_s
+from perfmodel.cost.dispatch import dispatch_s
+from perfmodel.cost.params import stage_params
 from perfmodel.cost.train.layers import (
     ACT_BYTES,
     Kernel,
@@ -36,11 +37,10 @@ from perfmodel.cost.train.layers import (
     mtp_work,
 )
 from perfmodel.cost.train.moe import MoEAssumptions, layer_imbalance
-from perfmodel.cost.params import stage_params
 from perfmodel.inputs.hardware import HardwareProfile
-from perfmodel.memo import Memo
 from perfmodel.inputs.model import LayerSpec, ModelSpec
 from perfmodel.inputs.scenario import Scenario
+from perfmodel.memo import Memo
 
 COMM_KINDS = ("tp", "cp", "ep_a2a", "etp")
 GRAD_BYTES = 4.0  # FP32 gradient reduction: Megatron forces accumulate_allreduce_grads_in_fp32 for bf16

@@ -15,7 +15,8 @@ ACT_BYTES = dtype_bytes("bf16")  # BF16 activations (Megatron params_dtype / TE 
 FP32_BYTES = dtype_bytes("fp32")
 ATTN_BWD_FACTOR = 2.5  # flash attention backward / forward (FlashAttention-2 section 3.1.2)
 INDEXER_BWD_FACTOR = 2.0  # assumption: indexer scores backward = dQ and dK GEMMs, 2x the forward score GEMM
-MEM_BWD_FACTOR = 2.0  # assumption: an elementwise kernel's backward reads the saved input and the output grad, writes the input grad
+# assumption: an elementwise kernel's backward reads the saved input and the output grad, writes the input grad
+MEM_BWD_FACTOR = 2.0
 # Vocab-parallel cross-entropy (Megatron core/tensor_parallel/cross_entropy.py, unfused): logits cast to FP32
 # (read 2 + write 4), max-subtract (read 4 + write 4), exp (read 4 + write 4), sum (read 4) = 26 B per logit
 # forward; backward softmax - one-hot in place (read 4 + write 4) and cast to BF16 (read 4 + write 2) = 14 B.

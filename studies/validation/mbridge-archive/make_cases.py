@@ -5,7 +5,8 @@ https://github.com/NVIDIA-NeMo/Megatron-Bridge (read at commit 067f987df03b, 202
 release from 25.09 to 26.08 has its own section. This script reads local copies of those two pages and writes one
 case file per table row whose GPU has a profile and whose model is in the catalogue:
 
-    python studies/validation/mbridge-archive/make_cases.py SUMMARY.md ARCHIVE.md --out studies/validation/mbridge-archive/cases
+    python studies/validation/mbridge-archive/make_cases.py SUMMARY.md ARCHIVE.md \
+--out studies/validation/mbridge-archive/cases
 
 Rows are skipped (and counted) for GPUs without a profile (DGX-B300), models outside the catalogue (Nemotron),
 NVFP4 (no FP4 training path in the cost model yet). The shared cases (the shared validation set) are 11 of
@@ -101,13 +102,15 @@ def case_for(container: str, page: str, system: str | None, model: str | None, r
     fsdp = as_int(row.get("FSDP", "0"), default=0) > 0
     tokens = float(first(row["Tokens / sec / GPU"]).replace(",", ""))
     tflops = float(first(row["Model TFLOP / sec / GPU"]).replace(",", ""))
-    slug = re.sub(r"[^a-z0-9.]+", "-", f"mb{container}-{hw}-{model_id}-{precision_cell}-{gpus}g-tp{tp}pp{pp}cp{cp}vp{vpp}ep{ep}-mbs{row['MBS']}".lower()).strip("-")
+    slug = re.sub(r"[^a-z0-9.]+", "-", (f"mb{container}-{hw}-{model_id}-{precision_cell}-{gpus}g-"
+                                        f"tp{tp}pp{pp}cp{cp}vp{vpp}ep{ep}-mbs{row['MBS']}").lower()).strip("-")
     model_ref: dict = {"id": model_id}
     if "w/o MTP" in variant:
         model_ref = {"hf_config": hf_config_without_mtp(model_id)}
     case = {
         "id": slug,
-        "source": f"NVIDIA Megatron-Bridge performance summary, NeMo {container} container, {system}, {name} ({SOURCE_URL}{page})",
+        "source": f"NVIDIA Megatron-Bridge performance summary, NeMo {container} container, {system}, {name} "
+                  f"({SOURCE_URL}{page})",
         "kind": "pretrain",
         "hardware": hw,
         "gpus": gpus,
@@ -124,8 +127,8 @@ def case_for(container: str, page: str, system: str | None, model: str | None, r
             "fsdp": fsdp,
         },
         "measured": {"tokens_per_s_per_gpu": tokens, "tflops_per_gpu": tflops},
-        "notes": f"{precision_cell} as published; recompute not listed (none assumed); MoE rows force-balanced, dropless"
-        + (f"; variant {variant}" if variant else ""),
+        "notes": f"{precision_cell} as published; recompute not listed (none assumed); MoE rows force-balanced, "
+                 "dropless" + (f"; variant {variant}" if variant else ""),
     }
     return case, ""
 
