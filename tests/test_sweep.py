@@ -185,3 +185,29 @@ def test_sweep_on_a_real_ray_head(ray_head):
     for a, b in zip(local.rows, remote.rows):
         if a["status"] == "ok":
             assert b["step_time_s"] == pytest.approx(a["step_time_s"], rel=1e-9)
+
+
+def test_an_impossible_result_is_counted_invalid_never_ranked(monkeypatch):
+    """A candidate whose simulation breaks a physical invariant is a model bug: status 'invalid' with the reason,
+    counted in the outcome, never ranked."""
+    import perfmodel.predict as predict
+    from perfmodel.sim.invariants import PhysicsError
+
+    spec = load_sweep_spec(default_sweep_path()).model_copy(update={"nodes": (4,)})
+    hw, model = load_hardware(spec.hardware), load_model(spec.model.id)
+    cands = [c for c in enumerate_candidates(spec, hw.gpus_per_node, 256, model.num_layers)
+             if c.label().startswith("4n TP4/PP1/EP32 rc-selective coloc")]  # layouts that fit (the snapshot's top)
+    real = predict.simulate_scenario
+    calls = {"n": 0}
+
+    def flaky(scn, **kw):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise PhysicsError("MFU <= 1", "TP1/PP1", "MFU 7.8")
+        return real(scn, **kw)
+
+    monkeypatch.setattr(predict, "simulate_scenario", flaky)
+    out = evaluate_candidates(spec, cands, hw, model, "t", workers=1, cache=None)
+    bad = [r for r in out.rows if r["status"] == "invalid"]
+    assert out.invalid == 1 and len(bad) == 1 and "MFU <= 1" in bad[0]["reason"]
+    assert bad[0]["objective_value"] is None and "rank" not in bad[0]

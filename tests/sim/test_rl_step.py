@@ -128,3 +128,21 @@ def test_samples_beyond_global_batch_take_several_optimizer_steps(sync):
     # the steps follow each other in the trace
     starts = sorted(e.start_s for e in four.train_side.train.trace) if four.train_side.train.trace else []
     assert not starts or starts[-1] < four.train_side.train.step_time_s
+
+
+def test_packed_micro_batches_are_padded_to_what_the_interleaved_schedule_runs():
+    """Miles rounds packed micro-batches up to a multiple of microbatch_group_size_per_vp_stage (default pp) and
+    fills the gap with dummy copies of the shortest one: the RL step simulates instead of deadlocking."""
+    from perfmodel.sim.rl_step import pad_microbatches
+
+    data = copy.deepcopy(BASE)
+    data["train"]["layout"] = {"tp": 1, "pp": 4, "ep": data["train"]["layout"]["ep"], "vpp": 2}
+    data["train"]["schedule"] = "interleaved"
+    data["train"].pop("pipeline_layers", None)
+    res = simulate_scenario(build_scenario(RunSpec.model_validate(data))).rl
+    assert res.train_side.microbatches_per_rank % 4 == 0
+    mbs = [(9000, 3000), (4000, 4000), (2500, 2500)]
+    padded = pad_microbatches(mbs, 8)
+    # 5 samples (3 of 3000 tokens, 4000, 2500) over 8 micro-batches: one each, and 3 dummies of the shortest
+    assert sorted(padded) == sorted([(3000, 3000)] * 3 + [(4000, 4000)] + [(2500, 2500)] * 4)
+    assert pad_microbatches(mbs, 3) == mbs
