@@ -106,6 +106,8 @@ class RunResult:
             "gpus": scn.run.gpus,
             "layout": scn.layout.model_copy(update={"dp": scn.dp}).short(),
             "schedule": scn.schedule,
+            "stack": scn.stack.id,
+            "stack_notes": list(scn.stack.notes),
             "pipeline_split": list(scn.stage_layers),
             "microbatches": scn.num_microbatches,
             "metrics": self.metrics(),

@@ -22,6 +22,8 @@ class CaseResult:
     rows: list[dict] = field(default_factory=list)  # {id, metric, measured, predicted, rel_error}
     failed_reason: str | None = None
     split_note: str = ""
+    stack: str = ""
+    stack_notes: tuple[str, ...] = ()
 
 
 def score_case(case: ValidationCase, path: str, hardware: HardwareProfile | None = None,
@@ -30,6 +32,7 @@ def score_case(case: ValidationCase, path: str, hardware: HardwareProfile | None
     try:
         scenario = build_scenario(case, source=path, hardware=hardware)
         res.split_note = scenario.split_note
+        res.stack, res.stack_notes = scenario.stack.id, scenario.stack.notes
         predicted = predict_metrics(scenario, memo)
     except InputError as err:
         res.failed_reason = str(err)
@@ -94,6 +97,7 @@ def run_validation(paths: list[str], calibrations: list[str] | None = None) -> d
     return {
         "cases": rows,
         "failed": [{"id": r.id, "path": r.path, "reason": r.failed_reason} for r in results if r.failed_reason],
+        "stacks": {r.id: {"stack": r.stack, "notes": list(r.stack_notes)} for r in results if r.stack},
         "summary": summary,
         "_results": results,
     }

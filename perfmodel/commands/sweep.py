@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _plan_for(row: dict[str, Any], run: dict[str, Any], hw_calibration: str, spec_label: str) -> Any:
     from perfmodel.inputs.plan import Plan
+    from perfmodel.inputs.stack import StackOptions, resolve_stack
+
+    stack = resolve_stack(run.get("stack"), StackOptions(**run["stack_options"]) if run.get("stack_options") else None)
 
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", row["label"]).strip("-").lower()
     predicted = {k: row[k] for k in ("step_time_s", "rollout_time_s", "log_probs_time_s", "train_time_s",
@@ -48,6 +51,9 @@ def _plan_for(row: dict[str, Any], run: dict[str, Any], hw_calibration: str, spe
     return Plan.model_validate(run | {
         "id": f"rank{row['rank']:02d}-{slug}", "created_by": f"perfmodel sweep ({spec_label})",
         "predicted": predicted, "calibration": {"name": hw_calibration},
+        "priced_with": {"hardware": run["hardware"], "stack": stack.id, "notes": list(stack.notes),
+                        "stack_knobs": {"attention_kernel": stack.attention_kernel,
+                                        "train_compute_scale": stack.train_compute_scale}},
         "executor": {"backend": "miles"},
     })
 

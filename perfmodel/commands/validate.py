@@ -56,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     for f in report["failed"]:
         console.print(f"[yellow]not predicted[/]: {f['id']}: {f['reason']}", soft_wrap=True)
+    for cid, st in report.get("stacks", {}).items():
+        for note in st["notes"]:
+            console.print(f"note: {cid}: {note}", soft_wrap=True)
     s = report["summary"]
     line = (f"{s['cases']} cases, {s['failed_cases']} not predicted; scored metrics n={s['n']}, "
             f"mean |error| {_fmt_pct(s['mean_abs_rel_error'])}, max |error| {_fmt_pct(s['max_abs_rel_error'])}")

@@ -66,9 +66,6 @@ class TrainSpec(_Strict):
     fsdp: bool = False
     optimizer_offload_fraction: float = Field(0.0, ge=0.0, le=1.0)
     max_tokens_per_gpu: int | None = Field(None, ge=1, description="dynamic micro-batching by token budget")
-    attention_kernel: Literal["flash", "materialized"] = Field(
-        "flash", description="core attention: flash (fused kernel: TransformerEngine, cuDNN, FlashAttention) or "
-        "materialized (unfused: the QK^T scores and softmax go through HBM, Megatron's local DotProductAttention)")
     moe_dispatcher: MoEDispatcher = Field(
         "alltoall", description="alltoall: Megatron's alltoall dispatcher, one copy per (token, expert); deepep: "
         "DeepEP-style dispatch (Megatron flex, Primus Turbo DeepEP, MORI), one copy per destination GPU and, across "

@@ -32,6 +32,16 @@ class CalibrationRef(BaseModel):
     params: dict[str, float] = Field(default_factory=dict)
 
 
+class PricedWith(BaseModel):
+    """What the plan's `predicted` numbers came from, so a measurement is compared with like."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    hardware: str
+    stack: str  # the stack profile actually used (framework[@release], or default after a fallback)
+    stack_knobs: dict[str, Any] = Field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
 class ExecutorSection(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     backend: Literal["local", "miles"] = "miles"
@@ -44,6 +54,7 @@ class Plan(RunSpec):
     created_by: str = ""
     predicted: Predicted = Predicted()
     calibration: CalibrationRef = CalibrationRef()
+    priced_with: PricedWith | None = None
     executor: ExecutorSection = ExecutorSection()
     notes: str = ""
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from perfmodel.inputs.job import RLSpec, TrainSpec
+from perfmodel.inputs.stack import StackOptions
 
 
 class ModelRef(BaseModel):
@@ -40,6 +41,9 @@ class RunSpec(BaseModel):
     model: ModelRef
     train: TrainSpec
     rl: RLSpec | None = None
+    stack: str | None = Field(None, description="software stack: framework[@release] (stacks/<framework>.yaml); "
+                              "unknown names fall back with a note")
+    stack_options: StackOptions | None = Field(None, description="facts the source states about the stack")
 
     @model_validator(mode="after")
     def _rl_matches_kind(self) -> RunSpec:

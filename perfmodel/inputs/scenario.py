@@ -11,6 +11,7 @@ from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import HardwareProfile, load_hardware
 from perfmodel.inputs.model import ModelSpec, load_model, model_from_hf_config
 from perfmodel.inputs.run import RunSpec
+from perfmodel.inputs.stack import Stack, resolve_stack
 from perfmodel.sim.schedules import schedule_rule
 
 
@@ -25,6 +26,7 @@ class Scenario:
     split_note: str  # how the pipeline split was chosen, for people
     num_microbatches: int  # per DP rank and step (fixed micro-batching; see train.max_tokens_per_gpu)
     schedule: str
+    stack: Stack = Stack(id="default", requested="")  # the software stack the scenario is priced with
 
     @property
     def train(self):
@@ -88,13 +90,14 @@ def build_scenario(
 ) -> Scenario:
     hw = hardware or load_hardware(run.hardware, source=source)
     m = model or resolve_model(run, source)
+    stack = resolve_stack(run.stack, run.stack_options, source)
     if run.rl is not None:
         _check_rl_gpus(run, m, source)
-    dp, expert_dp = _check_layout(run, m, source)
+    dp, expert_dp = _check_layout(run, m, stack, source)
     schedule = run.train.resolved_schedule()
     split, note = _pipeline_split(run, m, schedule, source)
     m_count = _microbatches(run, dp, schedule, source)
-    return Scenario(hw, m, run, dp, expert_dp, split, note, m_count, schedule)
+    return Scenario(hw, m, run, dp, expert_dp, split, note, m_count, schedule, stack)
 
 
 def _check_rl_gpus(run: RunSpec, m: ModelSpec, source: str) -> None:
@@ -138,7 +141,7 @@ def _check_rl_gpus(run: RunSpec, m: ModelSpec, source: str) -> None:
 
 
 
-def _check_layout(run: RunSpec, m: ModelSpec, source: str) -> tuple[int, int]:
+def _check_layout(run: RunSpec, m: ModelSpec, stack: Stack, source: str) -> tuple[int, int]:
     """The training layout against the GPUs and the model; returns (dp, expert_dp)."""
     t = run.train
     lay = t.layout
@@ -153,8 +156,10 @@ def _check_layout(run: RunSpec, m: ModelSpec, source: str) -> tuple[int, int]:
                     f"dp must be {dp} (or omit it)")
 
     attn = m.layers[0].attention
-    if t.attention_kernel == "materialized" and any(x.attention.kind != "gqa" for x in m.layers):
-        raise _fail(source, "train.attention_kernel", f"materialized attention is priced for MHA/GQA layers only; "
+    if stack.attention_kernel == "materialized" and any(x.attention.kind != "gqa" for x in m.layers):
+        field = "stack_options.attention_kernel" if run.stack_options and run.stack_options.attention_kernel \
+            else "stack"
+        raise _fail(source, field, f"materialized attention (stack {stack.id}) is priced for MHA/GQA layers only; "
                     f"{m.id or m.family} has {attn.kind} attention: use flash")
     if attn.num_heads % lay.tp:
         raise _fail(source, f"{f}.tp", f"{attn.num_heads} attention heads are not divisible by tp {lay.tp}")

@@ -15,7 +15,9 @@ def print_result(result, console: Console | None = None) -> None:
     d = result.to_json()
     console.print(f"[bold]{d['kind']}[/] step of {d['model']} on {d['gpus']} x {d['hardware']}: "
                   f"{d['layout']}, {d['schedule']}, pipeline split {','.join(map(str, d['pipeline_split']))}, "
-                  f"{d['microbatches']} micro-batches per DP rank", soft_wrap=True)
+                  f"{d['microbatches']} micro-batches per DP rank, stack {d['stack']}", soft_wrap=True)
+    for note in d.get("stack_notes", []):
+        console.print(f"note: {note}", soft_wrap=True)
     m = Table(title="prediction", show_header=True)
     m.add_column("metric")
     m.add_column("value", justify="right")

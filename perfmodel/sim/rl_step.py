@@ -174,7 +174,7 @@ def simulate_train_side(scn: Scenario, lengths: list[int], record_trace: bool = 
     rl = run.rl
     t = run.train
     key = _key("train", scn.hardware.calibration_params(), scn.model.id, scn.model.family, run.gpus,
-               t.model_dump(), rl.algorithm, rl.log_probs.ref_model, rl.actor_gpus, lengths)
+               t.model_dump(), scn.stack.knobs, rl.algorithm, rl.log_probs.ref_model, rl.actor_gpus, lengths)
     memo = memo if memo is not None else Memo()
     if record_trace:
         return _train_side(scn, lengths, True, memo)

@@ -22,10 +22,12 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """sha256 over the perfmodel package's Python sources and bundled data (catalogue, defaults), in path order."""
+    from perfmodel.inputs.stack import stacks_dir
+
     h = hashlib.sha256(__version__.encode())
-    for path in sorted(PACKAGE_DIR.rglob("*")):
+    for path in sorted(PACKAGE_DIR.rglob("*")) + sorted(stacks_dir().glob("*.yaml")):
         if path.is_file() and path.suffix in (".py", ".json", ".yaml") and "__pycache__" not in path.parts:
-            h.update(str(path.relative_to(PACKAGE_DIR)).encode())
+            h.update(path.name.encode() if path.parent == stacks_dir() else str(path.relative_to(PACKAGE_DIR)).encode())
             h.update(path.read_bytes())
     return h.hexdigest()
 

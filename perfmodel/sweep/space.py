@@ -117,6 +117,10 @@ def enumerate_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, 
                 for eng in engines:
                     run = {"kind": job.get("kind", "rl"), "hardware": spec.hardware,
                            "model": spec.model.model_dump(exclude_none=True), "gpus": gpus}
+                    if spec.stack:
+                        run["stack"] = spec.stack
+                    if spec.stack_options:
+                        run["stack_options"] = dict(spec.stack_options)
                     train = copy.deepcopy(job.get("train", {}))
                     train["layout"] = {k: lay[k] for k in ("tp", "pp", "cp", "ep", "etp", "vpp", "dp")}
                     train["schedule"] = lay["schedule"]

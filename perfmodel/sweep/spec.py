@@ -45,6 +45,8 @@ class SweepSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     hardware: str
     model: ModelRef
+    stack: str | None = Field(None, description="software stack every candidate runs on: framework[@release]")
+    stack_options: dict[str, Any] | None = Field(None, description="facts stated about the stack")
     nodes: tuple[int, ...] = Field(..., min_length=1, description="node counts to try")
     job: dict[str, Any] = Field(..., description="kind, train (without layout) and rl (without placement/GPUs)")
     space: SweepSpace = SweepSpace()

@@ -22,7 +22,8 @@ BASE = yaml.safe_load((Path(__file__).resolve().parents[1] / "data" / "gpt3-175b
 def _step(recompute: str, kernel: str) -> tuple[float, object]:
     d = copy.deepcopy(BASE)
     d["gpus"] = 64
-    d["train"].update(global_batch=64, layout={"tp": 8, "pp": 8}, recompute=recompute, attention_kernel=kernel)
+    d["train"].update(global_batch=64, layout={"tp": 8, "pp": 8}, recompute=recompute)
+    d["stack_options"] = {"attention_kernel": kernel}
     res = simulate_run(RunSpec.model_validate(d))
     return res.train.step_time_s, res
 

@@ -161,7 +161,8 @@ def test_vpp_plan(seed):
 def test_materialized_attention_selects_unfused_backend(seed):
     assert not launch_of(seed).has("--attention-backend")
     seed["model"] = {"id": "llama3-8b"}
-    seed["train"].update(attention_kernel="materialized", layout={"tp": 1, "pp": 1, "ep": 1})
+    seed["stack_options"] = {"attention_kernel": "materialized"}
+    seed["train"].update(layout={"tp": 1, "pp": 1, "ep": 1})
     seed["train"].pop("pipeline_layers", None)
     assert launch_of(seed).values("--attention-backend") == ["unfused"]
 

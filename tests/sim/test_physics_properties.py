@@ -60,7 +60,6 @@ def _train(draw: st.DrawFn, lay: dict, microbatches: int, model: str) -> dict:
         "schedule": lay["schedule"],
         "recompute": draw(st.sampled_from(["none", "selective", "full"])),
         "sequence_parallel": draw(st.booleans()),
-        "attention_kernel": draw(st.sampled_from(["flash", "flash", "materialized"])) if model not in MLA else "flash",
         "moe_dispatcher": draw(st.sampled_from(["alltoall", "deepep"])),
         "optimizer_offload_fraction": draw(st.sampled_from([0.0, 0.0, 1.0])),
     }
@@ -76,7 +75,18 @@ def pretrain_runs(draw: st.DrawFn) -> dict:
     m = draw(st.integers(1, 40))
     return {"kind": "pretrain", "hardware": draw(st.sampled_from(HARDWARE)),
             "gpus": lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"], "model": {"id": model},
-            "train": _train(draw, lay, m, model)}
+            "train": _train(draw, lay, m, model), **_stack(draw, model)}
+
+
+def _stack(draw: st.DrawFn, model: str) -> dict:
+    """A named stack (shipped, an unknown release, an unknown framework) and sometimes a stated attention kernel."""
+    out: dict = {"stack": draw(st.sampled_from([None, "megatron-bridge@25.11", "megatron-lm@2021", "torchtitan",
+                                                 "miles@9.9", "someframework@1.0"]))}
+    if model not in MLA and draw(st.booleans()):
+        out["stack_options"] = {"attention_kernel": draw(st.sampled_from(["flash", "materialized"]))}
+    if model in MLA and out["stack"] == "megatron-lm@2021":
+        out["stack"] = None  # a materialized-attention stack has no MLA/DSV4 pricing (refused by name)
+    return out
 
 
 @st.composite
@@ -100,7 +110,7 @@ def rl_runs(draw: st.DrawFn) -> dict:
     return {
         "kind": "rl", "hardware": draw(st.sampled_from(HARDWARE)),
         "gpus": actor if placement == "colocated" else actor + rollout_gpus,
-        "model": {"id": model}, "train": train,
+        "model": {"id": model}, "train": train, **_stack(draw, model),
         "rl": {"algorithm": draw(st.sampled_from(["grpo", "ppo"])), "placement": placement, "actor_gpus": actor,
                "rollout_gpus": rollout_gpus,
                "async": placement == "disaggregated" and draw(st.booleans()),

@@ -41,7 +41,7 @@ def parallelism_args(t: TrainSpec, sc: Scenario, ctx: int) -> ArgGroup:
     g.args += split_args
     if t.microbatch_group_size_per_vp_stage is not None:
         g.args += ["--microbatch-group-size-per-virtual-pipeline-stage", str(t.microbatch_group_size_per_vp_stage)]
-    if t.attention_kernel == "materialized":  # TransformerEngine's unfused attention (scores through HBM)
+    if sc.stack.attention_kernel == "materialized":  # TransformerEngine's unfused attention (scores through HBM)
         g.args += ["--attention-backend", "unfused"]
     g.notes.append(f"pipeline: {split_note} ({sc.split_note})")
     g.args += ["--seq-length", str(ctx)]

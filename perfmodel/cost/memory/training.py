@@ -297,7 +297,7 @@ def activations_on_rank(scn: Scenario, rank: int, expert_load_imbalance: float =
 
     def layer_bytes(layer: LayerSpec, recompute: str) -> float:
         return layer_activation_bytes(layer, tokens, lay.tp, sp, recompute, lay.etp, m.hc_mult, expert_load_imbalance,
-                                      t.attention_kernel, t.seq_len)
+                                      scn.stack.attention_kernel, t.seq_len)
 
     inflight = inflight_per_stage(scn, rank)
     total = 0.0

@@ -170,7 +170,7 @@ def chunk_layers(scn: Scenario, virtual_stage: int) -> tuple[LayerSpec, ...]:
 def shard_of(scn: Scenario, tokens: float, seq_len: int) -> Shard:
     lay, t = scn.layout, scn.train
     return Shard(tokens, seq_len, lay.tp, lay.cp, lay.ep, lay.etp, t.sequence_parallel and lay.tp > 1, t.precision,
-                 t.moe_dispatcher == "deepep", t.attention_kernel)
+                 t.moe_dispatcher == "deepep", scn.stack.attention_kernel)
 
 
 def _places(scn: Scenario) -> dict[str, GroupPlacement]:
@@ -197,8 +197,8 @@ def _train_key(scn: Scenario, memo: Memo) -> tuple:
     t = scn.train
     lay = t.layout
     return memo.by_identity("train_key", t, lambda: (
-        t.precision, t.recompute, t.sequence_parallel, t.moe_dispatcher, t.attention_kernel, lay.tp, lay.cp,
-        lay.ep, lay.etp, lay.pp, lay.vpp, scn.dp, scn.run.gpus, scn.run.train_gpus))
+        t.precision, t.recompute, t.sequence_parallel, t.moe_dispatcher, lay.tp, lay.cp,
+        lay.ep, lay.etp, lay.pp, lay.vpp, scn.dp, scn.run.gpus, scn.run.train_gpus)) + scn.stack.knobs
 
 
 def _model_key(m: ModelSpec) -> tuple:
@@ -289,7 +289,8 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
     bwd_comm = {k: total.bwd_comm[k] + replay[k] for k in COMM_KINDS}
     keep = {k for k in COMM_KINDS if k != "etp" or s.etp > 1}
     p2p = 0.0 if last else s.t_sp * m.hidden_size * max(1, m.hc_mult) * ACT_BYTES
-    scale = hw.train_software_scale  # 1.0 unless a calibration of a particular stack says otherwise
+    # 1.0 each unless a calibration (hardware overlay) or the stack profile says otherwise
+    scale = hw.train_software_scale * scn.stack.train_compute_scale
     return ChunkCost(
         fwd_compute_s=total.fwd * scale,
         bwd_input_s=total.bwd_in * scale,

@@ -113,6 +113,7 @@ def case_for(container: str, page: str, system: str | None, model: str | None, r
                   f"({SOURCE_URL}{page})",
         "kind": "pretrain",
         "hardware": hw,
+        "stack": f"megatron-bridge@{container}",
         "gpus": gpus,
         "model": model_ref,
         "train": {

@@ -1,0 +1,147 @@
+"""Software stacks: what ran the kernels (framework, release, kernel choices), as a layer apart from the hardware.
+
+A stack profile is `stacks/<framework>.yaml`: every knob `{value, source}` as in the hardware profiles, and per
+release the knobs that differ (`releases: {"25.11": {knobs: {...}}}`). A run names its stack as
+`stack: framework[@release]` and may add `stack_options` for facts its source states. Resolution never fails on a
+name: an unknown release falls back to the framework's profile, an unknown framework to `stacks/default.yaml`,
+each with a one-line note; published runs name stacks the project has not met.
+
+Knobs (each priced by the cost model from FLOPs, bytes and op counts, or a named multiplier with prior 1.0):
+- `attention_kernel`: flash (fused kernel) or materialized (scores and softmax through HBM);
+  `cost/train/attention.py` prices both.
+- `train_compute_scale`: a multiplier on training and log-prob compute, prior 1.0, for what first principles do not
+  yet explain of a stack (the place calibration fits a stack's overhead, not the hardware's efficiencies).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from perfmodel.errors import InputError
+from perfmodel.inputs.loading import parse, read_mapping
+
+AttentionKernel = Literal["flash", "materialized"]
+
+
+def stacks_dir() -> Path:
+    """`stacks/` of a checkout, or the copy packaged with the wheel."""
+    here = Path(__file__).resolve().parent.parent
+    for p in (here.parent / "stacks", here / "_data" / "stacks"):
+        if p.is_dir():
+            return p
+    return here.parent / "stacks"
+
+
+class StackOptions(BaseModel):
+    """Facts a run's source states about its stack; each overrides the profile's knob."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    attention_kernel: AttentionKernel | None = None
+    torch_compile: bool | None = None
+    cuda_graphs: bool | None = None
+    fp8_recipe: Literal["delayed", "tensorwise", "blockwise", "mxfp8"] | None = None
+    fsdp_reshard_after_forward: bool | None = None
+
+
+class _Knob(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    value: Any
+    source: str = Field(..., min_length=1)
+
+
+class _Release(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    notes: str = ""
+    knobs: dict[str, _Knob] = Field(default_factory=dict)
+
+
+class StackProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str
+    name: str
+    description: str = ""
+    knobs: dict[str, _Knob]
+    releases: dict[str, _Release] = Field(default_factory=dict)
+
+
+KNOBS = ("attention_kernel", "train_compute_scale")
+
+
+class Stack(BaseModel):
+    """A resolved stack: the knob values a scenario is priced with, where each came from, and what resolution
+    had to assume."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str  # framework[@release] as resolved (the profile actually used)
+    requested: str  # what the run named ("" when it named none)
+    attention_kernel: AttentionKernel = "flash"
+    train_compute_scale: float = Field(1.0, gt=0)
+    ignored_options: tuple[str, ...] = ()  # stack_options the cost model does not price yet
+    notes: tuple[str, ...] = ()
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def knobs(self) -> tuple:
+        """The values costs depend on (a cache key)."""
+        return (self.attention_kernel, self.train_compute_scale)
+
+
+@lru_cache(maxsize=64)
+def load_stack_profile(framework: str) -> StackProfile | None:
+    path = stacks_dir() / f"{framework}.yaml"
+    if not path.is_file():
+        return None
+    prof = parse(StackProfile, read_mapping(path), str(path))
+    for name in prof.knobs:
+        if name not in KNOBS:
+            raise InputError(str(path), f"knobs.{name}", f"unknown knob; valid: {', '.join(KNOBS)}")
+    return prof
+
+
+def stack_ids() -> list[str]:
+    return sorted(p.stem for p in stacks_dir().glob("*.yaml"))
+
+
+def resolve_stack(requested: str | None, options: StackOptions | None = None, source: str = "") -> Stack:
+    """The stack a run is priced with: its named profile (and release), then its stated options."""
+    name = (requested or "").strip()
+    framework, _, release = name.partition("@")
+    notes: list[str] = []
+    prof = load_stack_profile(framework) if framework else None
+    if prof is None:
+        if framework:
+            notes.append(f"stack {framework!r} is not among the shipped profiles ({', '.join(stack_ids())}); "
+                         "priced with the default stack")
+        prof = load_stack_profile("default")
+        if prof is None:
+            raise InputError(str(stacks_dir() / "default.yaml"), "", "the default stack profile is missing")
+        framework, release = "default", ""
+    knobs = dict(prof.knobs)
+    used = prof.id
+    if release:
+        rel = prof.releases.get(release)
+        if rel is None:
+            notes.append(f"release {release!r} of {framework} has no profile of its own; priced with the "
+                         f"{framework} profile")
+        else:
+            knobs |= rel.knobs
+            used = f"{prof.id}@{release}"
+    values = {k: v.value for k, v in knobs.items()}
+    sources = {k: v.source for k, v in knobs.items()}
+    ignored: list[str] = []
+    for key, value in (options.model_dump(exclude_none=True) if options else {}).items():
+        if key in KNOBS:
+            values[key], sources[key] = value, f"stack_options of {source or 'the run'}"
+        else:
+            ignored.append(key)
+    if ignored:
+        notes.append(f"stack_options {', '.join(ignored)} recorded but not priced yet")
+    try:
+        return Stack(id=used, requested=name, **values, ignored_options=tuple(ignored), notes=tuple(notes),
+                     sources=sources)
+    except ValueError as err:
+        raise InputError(source, "stack_options", " ".join(str(err).split())[:200]) from None
