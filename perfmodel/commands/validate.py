@@ -17,6 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--json", action="store_true", help="print {cases, failed, summary} as JSON")
     v.add_argument("--calibration", action="append", metavar="FILE",
                    help="calibration overlay (perfmodel calibrate) for the cases on its hardware; repeatable")
+    v.add_argument("--cv", action="store_true",
+                   help="cross-validate within (stack, hardware) groups: zero-shot vs calibrated (leave-one-out on "
+                   "the stack's compute multiplier), P10-P90 bands and their coverage, and the learning curve")
     v.set_defaults(func=run)
 
 
@@ -42,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
         if d is None:
             raise InputError("", "PATH", "give case files or folders (no bundled cases found)")
         paths = [str(d)]
+    if args.cv:
+        return _run_cv(paths, args.json)
     report = run_validation(paths, args.calibration)
     if args.json:
         print(json.dumps(validation_json(report), indent=2))
@@ -67,4 +72,39 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"  {kind}: n={ks['n']}, mean |error| {_fmt_pct(ks['mean_abs_rel_error'])}, "
                       f"max |error| {_fmt_pct(ks['max_abs_rel_error'])}, not predicted {ks['failed_cases']}"
                       .replace("+", ""), soft_wrap=True)
+    return 0
+
+
+def _run_cv(paths: list[str], as_json: bool) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from perfmodel.crossval import cross_validate, curves_for
+    from perfmodel.inputs.case import case_paths, load_case
+
+    files = case_paths(paths)
+    if not files:
+        raise InputError(", ".join(paths), "", "no *.yaml validation cases found")
+    curves, failed = curves_for([(load_case(p), str(p)) for p in files])
+    cv = cross_validate(curves)
+    if as_json:
+        print(json.dumps(cv | {"failed": failed}, indent=2, default=str))
+        return 0
+    console = Console()
+    if not console.is_terminal:  # logs and pipes: wide enough for the group names
+        console = Console(width=160)
+    table = Table(title="perfmodel validate --cv (leave-one-out within stack and hardware)")
+    for col in ("group", "runs", "figures", "zero-shot |err|", "calibrated |err|", "calibrated > 25%",
+                "P10-P90 coverage"):
+        table.add_column(col, justify="left" if col == "group" else "right")
+    for g, s in cv["groups"].items():
+        if not s.get("n"):
+            continue
+        table.add_row(g, str(s["runs"]), str(s["n"]), f"{s['zero_shot_mae']:.1%}", f"{s['calibrated_mae']:.1%}",
+                      f"{s['calibrated_beyond_25']:.0%}", f"{s['coverage']:.0%}")
+    console.print(table)
+    curve = ", ".join(f"{k} runs {v[0]:.1%} (n={v[1]})" for k, v in cv["learning_curve"].items() if v[0] is not None)
+    console.print(f"learning curve (mean |error| after k calibration runs of the same group): {curve}", soft_wrap=True)
+    for cid, why in failed:
+        console.print(f"[yellow]not predicted[/]: {cid}: {why}", soft_wrap=True)
     return 0

@@ -1,0 +1,191 @@
+"""Accuracy as users meet it: zero-shot and calibrated, both cross-validated within (stack, hardware) groups.
+
+For each case, the stack's `train_compute_scale` is fitted on the *other* cases of its group (leave-one-out) and
+the case is predicted with it; never with itself. The fit is a bounded least squares on log errors with a prior
+toward 1.0 (the first-principles value), over a surrogate: every case is simulated once per point of a log-spaced
+grid of the scale (the caller's memo reuses the layer costs, which the scale does not touch) and predictions in
+between are interpolated in log space. One fit is then a 1-D minimization over interpolated curves, so a
+leave-one-out pass over hundreds of cases takes the grid's simulations, not hundreds of calibrations.
+
+Bands: P10-P90 of a prediction from the fitted scale's uncertainty (the curvature of the objective) and the
+group's residual spread; `coverage` says how often the measured value falls inside.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfmodel.errors import InputError
+from perfmodel.inputs.case import ValidationCase
+from perfmodel.inputs.scenario import build_scenario
+from perfmodel.memo import Memo
+from perfmodel.predict import simulate_scenario
+from perfmodel.sim.invariants import PhysicsError
+
+SCALE_GRID = tuple(float(x) for x in np.exp(np.linspace(math.log(0.25), math.log(4.0), 9)))
+PRIOR_SIGMA_LOG = math.log(2.0)  # the prior: the stack's multiplier is 1.0 within a factor of 2 (one sigma)
+RESIDUAL_SIGMA_FLOOR_LOG = 0.05  # a group of one or two runs says little about its own spread
+# Assumption: a run's figures scatter about 10% around what its stack's multiplier explains (weights the data
+# against the prior in the fit; the bands use the group's own residual spread)
+RUN_SIGMA_LOG = 0.10
+Z90 = 1.2815515655446004  # P10-P90 of a normal
+
+
+@dataclass(slots=True)
+class CaseCurve:
+    """One case's measured figures and its predictions over the scale grid (log space)."""
+
+    id: str
+    group: tuple[str, str]  # (stack, hardware)
+    metrics: list[str]
+    log_measured: np.ndarray  # [metrics]
+    log_pred: np.ndarray  # [grid, metrics]
+    zero_shot: dict[str, float] = field(default_factory=dict)  # predicted at scale 1 (the stack's own value)
+
+    def at(self, theta: float) -> np.ndarray:
+        """Log predictions at log-scale theta, interpolated on the grid (clamped at its ends)."""
+        g = np.log(SCALE_GRID)
+        return np.array([np.interp(theta, g, self.log_pred[:, j]) for j in range(len(self.metrics))])
+
+    def slope(self, theta: float, h: float = 0.05) -> np.ndarray:
+        return (self.at(theta + h) - self.at(theta - h)) / (2 * h)
+
+
+def case_curve(case: ValidationCase, path: str, memo: Memo) -> CaseCurve | None:
+    """Simulate a case over the grid; None when it cannot be predicted (the caller lists it as failed)."""
+    scn = build_scenario(case, source=path)
+    metrics = [m for m, _ in case.measured.items()]
+    rows: list[list[float | None] | None] = []
+    for s in SCALE_GRID:
+        stack = scn.stack.model_copy(update={"train_compute_scale": scn.stack.train_compute_scale * s})
+        try:
+            pred = simulate_scenario(dataclasses.replace(scn, stack=stack), memo=memo).metrics()
+        except PhysicsError:  # faster than the hardware allows (MFU > 1): no stack gets there
+            rows.append(None)
+            continue
+        rows.append([pred.get(m) for m in metrics])
+    feasible = [r for r in rows if r is not None]
+    if not feasible:
+        return None
+    # below the physical limit the prediction stays at the fastest feasible one (the curve is flat there)
+    rows = [r if r is not None else next(x for x in rows[i:] if x is not None) for i, r in enumerate(rows)]
+    keep = [j for j, m in enumerate(metrics) if all(r[j] for r in rows)]
+    if not keep:
+        return None
+    measured = dict(case.measured.items())
+    curve = CaseCurve(case.id, (scn.stack.id, case.hardware), [metrics[j] for j in keep],
+                      np.log([measured[metrics[j]] for j in keep]),
+                      np.log([[r[j] for j in keep] for r in rows]))
+    mid = SCALE_GRID.index(min(SCALE_GRID, key=lambda x: abs(x - 1.0)))
+    curve.zero_shot = {m: float(np.exp(curve.log_pred[mid, k])) for k, m in enumerate(curve.metrics)}
+    return curve
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    theta: float  # log of the fitted scale
+    sigma_theta: float
+    sigma_resid: float  # log-space spread of the training residuals
+    n_runs: int
+
+
+def fit_scale(train: list[CaseCurve]) -> Fit:
+    """Least squares on log errors over `train` (never the case being predicted) with the prior toward 0."""
+    from scipy.optimize import minimize_scalar
+
+    lo, hi = math.log(SCALE_GRID[0]), math.log(SCALE_GRID[-1])
+    if not train:
+        return Fit(0.0, PRIOR_SIGMA_LOG, RESIDUAL_SIGMA_FLOOR_LOG, 0)
+
+    def objective(theta: float) -> float:
+        r = np.concatenate([c.at(theta) - c.log_measured for c in train]) / RUN_SIGMA_LOG
+        return float(r @ r) + (theta / PRIOR_SIGMA_LOG) ** 2
+
+    theta = float(minimize_scalar(objective, bounds=(lo, hi), method="bounded", options={"xatol": 1e-4}).x)
+    resid = np.concatenate([c.at(theta) - c.log_measured for c in train])
+    sigma_resid = max(RESIDUAL_SIGMA_FLOOR_LOG, float(np.sqrt(np.mean(resid ** 2))))
+    # Gauss-Newton information: sum of squared slopes over the residual variance, plus the prior's
+    info = float(sum((c.slope(theta) ** 2).sum() for c in train)) / sigma_resid ** 2 + 1 / PRIOR_SIGMA_LOG ** 2
+    return Fit(theta, 1 / math.sqrt(info), sigma_resid, len(train))
+
+
+def band(curve: CaseCurve, fit: Fit) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(P10, P50, P90) predictions of a case's metrics under `fit`."""
+    mid = curve.at(fit.theta)
+    sd = np.sqrt(fit.sigma_resid ** 2 + (curve.slope(fit.theta) * fit.sigma_theta) ** 2)
+    return np.exp(mid - Z90 * sd), np.exp(mid), np.exp(mid + Z90 * sd)
+
+
+def _errors(curve: CaseCurve, pred: np.ndarray) -> list[float]:
+    return [float(p / m - 1) for p, m in zip(pred, np.exp(curve.log_measured))]
+
+
+def cross_validate(curves: list[CaseCurve], curve_k: tuple[int, ...] = (0, 1, 2, 4)) -> dict:
+    """Leave-one-out within (stack, hardware) groups: zero-shot, calibrated and banded predictions of every case,
+    and the learning curve (error after k calibration runs of the same group)."""
+    groups: dict[tuple[str, str], list[CaseCurve]] = defaultdict(list)
+    for c in curves:
+        groups[c.group].append(c)
+    rows = []
+    curve_err: dict[int, list[float]] = defaultdict(list)
+    for key, members in sorted(groups.items()):
+        for i, c in enumerate(members):
+            others = members[:i] + members[i + 1:]  # never the case itself
+            fit = fit_scale(others)
+            p10, p50, p90 = band(c, fit)
+            measured = np.exp(c.log_measured)
+            for j, metric in enumerate(c.metrics):
+                rows.append({"id": c.id, "stack": key[0], "hardware": key[1], "metric": metric,
+                             "measured": float(measured[j]), "zero_shot": c.zero_shot[metric],
+                             "calibrated": float(p50[j]), "p10": float(p10[j]), "p90": float(p90[j]),
+                             "calibration_runs": len(others), "scale": math.exp(fit.theta)})
+            for k in curve_k:
+                if k <= len(others):
+                    pred = c.at(fit_scale(others[:k]).theta) if k else np.log(list(c.zero_shot.values()))
+                    curve_err[k].extend(abs(e) for e in _errors(c, np.exp(pred)))
+    return {"rows": rows, "groups": _group_summary(rows), "learning_curve": {
+        k: (sum(v) / len(v) if v else None, len(v)) for k, v in sorted(curve_err.items())}}
+
+
+def _summary(rows: list[dict]) -> dict:
+    if not rows:
+        return {"n": 0}
+    zs = [abs(r["zero_shot"] / r["measured"] - 1) for r in rows]
+    cal = [abs(r["calibrated"] / r["measured"] - 1) for r in rows]
+    inside = [r["p10"] <= r["measured"] <= r["p90"] for r in rows]
+    return {"n": len(rows), "zero_shot_mae": sum(zs) / len(zs), "calibrated_mae": sum(cal) / len(cal),
+            "calibrated_beyond_25": sum(e > 0.25 for e in cal) / len(cal), "coverage": sum(inside) / len(inside)}
+
+
+def _group_summary(rows: list[dict]) -> dict:
+    by: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by[f"{r['stack']} on {r['hardware']}"].append(r)
+    runs = {g: len({r["id"] for r in rs}) for g, rs in by.items()}
+    out = {g: _summary(rs) | {"runs": runs[g]} for g, rs in sorted(by.items())}
+    big = [r for g, rs in by.items() if runs[g] >= 3 for r in rs]
+    out["overall (groups of >= 3 runs)"] = _summary(big) | {"runs": sum(n for n in runs.values() if n >= 3)}
+    out["overall"] = _summary(rows) | {"runs": sum(runs.values())}
+    return out
+
+
+def curves_for(cases: list[tuple[ValidationCase, str]], memo: Memo | None = None) -> tuple[list[CaseCurve], list]:
+    """Grid curves of every case that can be predicted; the rest as (id, reason)."""
+    memo = memo if memo is not None else Memo()
+    curves, failed = [], []
+    for case, path in cases:
+        try:
+            c = case_curve(case, path, memo)
+        except InputError as err:
+            failed.append((case.id, str(err)))
+            continue
+        if c is None:
+            failed.append((case.id, "no measured figure the model predicts"))
+        else:
+            curves.append(c)
+    return curves, failed
