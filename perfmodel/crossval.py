@@ -14,6 +14,7 @@ group's residual spread; `coverage` says how often the measured value falls insi
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class CaseCurve:
     log_measured: np.ndarray  # [metrics]
     log_pred: np.ndarray  # [grid, metrics]
     zero_shot: dict[str, float] = field(default_factory=dict)  # predicted at scale 1 (the stack's own value)
+    run_key: str = ""  # the run itself (hardware, model, job, measured): copies under another id share it
 
     def at(self, theta: float) -> np.ndarray:
         """Log predictions at log-scale theta, interpolated on the grid (clamped at its ends)."""
@@ -81,6 +83,9 @@ def case_curve(case: ValidationCase, path: str, memo: Memo) -> CaseCurve | None:
     curve = CaseCurve(case.id, (scn.stack.id, case.hardware), [metrics[j] for j in keep],
                       np.log([measured[metrics[j]] for j in keep]),
                       np.log([[r[j] for j in keep] for r in rows]))
+    run = case.model_dump(mode="json", exclude={"id", "source", "notes", "stack"})
+    run["train"]["layout"].pop("dp", None)  # derived from the GPUs when omitted: not part of what was run
+    curve.run_key = json.dumps(run, sort_keys=True)
     mid = SCALE_GRID.index(min(SCALE_GRID, key=lambda x: abs(x - 1.0)))
     curve.zero_shot = {m: float(np.exp(curve.log_pred[mid, k])) for k, m in enumerate(curve.metrics)}
     return curve
@@ -135,12 +140,15 @@ def cross_validate(curves: list[CaseCurve], curve_k: tuple[int, ...] = (0, 1, 2,
     curve_err: dict[int, list[float]] = defaultdict(list)
     for key, members in sorted(groups.items()):
         for i, c in enumerate(members):
-            others = members[:i] + members[i + 1:]  # never the case itself
+            # never the case itself, nor a copy of its run filed under another id (the shared cases reappear in
+            # the development set)
+            others = [o for j, o in enumerate(members) if j != i and (not c.run_key or o.run_key != c.run_key)]
             fit = fit_scale(others)
             p10, p50, p90 = band(c, fit)
             measured = np.exp(c.log_measured)
             for j, metric in enumerate(c.metrics):
-                rows.append({"id": c.id, "stack": key[0], "hardware": key[1], "metric": metric,
+                rows.append({"id": c.id, "run": c.run_key or c.id, "stack": key[0], "hardware": key[1],
+                             "metric": metric,
                              "measured": float(measured[j]), "zero_shot": c.zero_shot[metric],
                              "calibrated": float(p50[j]), "p10": float(p10[j]), "p90": float(p90[j]),
                              "calibration_runs": len(others), "scale": math.exp(fit.theta)})
@@ -166,7 +174,7 @@ def _group_summary(rows: list[dict]) -> dict:
     by: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by[f"{r['stack']} on {r['hardware']}"].append(r)
-    runs = {g: len({r["id"] for r in rs}) for g, rs in by.items()}
+    runs = {g: len({r["run"] for r in rs}) for g, rs in by.items()}
     out = {g: _summary(rs) | {"runs": runs[g]} for g, rs in sorted(by.items())}
     big = [r for g, rs in by.items() if runs[g] >= 3 for r in rs]
     out["overall (groups of >= 3 runs)"] = _summary(big) | {"runs": sum(n for n in runs.values() if n >= 3)}

@@ -79,3 +79,14 @@ def test_the_command_prints_the_groups(capsys, tmp_path):
     assert main(["validate", "--cv", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "megatron-lm@2021 on a100-80gb" in out and "learning curve" in out
+
+
+def test_a_copy_of_the_run_under_another_id_is_not_a_calibration_run():
+    a = _synthetic("a", 1.5, 0.8)
+    copy_of_a = _synthetic("a-again", 1.5, 0.8, noise=0.0)
+    a.run_key = copy_of_a.run_key = "same run"
+    others = [_synthetic(f"c{i}", 1.5, 0.8) for i in range(2)]
+    for o in others:
+        o.run_key = o.id
+    rows = cross_validate([a, copy_of_a, *others])["rows"]
+    assert next(r for r in rows if r["id"] == "a")["calibration_runs"] == 2  # c0, c1: not its own copy
