@@ -115,7 +115,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from executor.records import PHASE_TO_PREDICTED, PHASES
+    from executor.records import PHASES
+    from perfmodel.results import PHASE_METRICS
 
     store = _open_store(args.store)
     run = _find_run(store, args.run, args.store)
@@ -137,7 +138,7 @@ def _show(args: argparse.Namespace) -> int:
     print(f"{'phase':15} {'median':>10} {'mean':>10} {'max':>10} {'predicted':>12}")
     for phase in PHASES:
         vals = [v for v in (s["phases_s"].get(phase) for s in steps) if v is not None]
-        pred = run["predicted"].get(PHASE_TO_PREDICTED.get(phase, ""), None)
+        pred = run["predicted"].get(PHASE_METRICS.get(phase, ""), None)
         med, mean, top = ((statistics.median(vals), statistics.fmean(vals), max(vals)) if vals else (None, None, None))
         print(f"{phase:15} {_fmt(med):>10} {_fmt(mean):>10} {_fmt(top):>10} {_fmt(pred):>12}")
     engine_rss = max((s["peak_rss_bytes"].get("engine", 0) for s in steps), default=0)

@@ -10,11 +10,12 @@ from typing import Any
 
 import yaml
 
-from executor.records import PHASE_TO_PREDICTED, plan_hash
+from executor.records import plan_hash
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.loading import parse
 from perfmodel.inputs.plan import load_plan
+from perfmodel.results import PHASE_METRICS
 
 
 def run_as_case(run: dict[str, Any], steps: list[dict[str, Any]], store_path: str, skip_steps: int = 1
@@ -30,7 +31,7 @@ def run_as_case(run: dict[str, Any], steps: list[dict[str, Any]], store_path: st
     if not kept:
         raise InputError(store_path, "run", f"run {run['run_id']} has no steps")
     measured: dict[str, float] = {}
-    for phase, metric in PHASE_TO_PREDICTED.items():
+    for phase, metric in PHASE_METRICS.items():
         vals = [v for v in (s["phases_s"].get(phase) for s in kept) if v]
         if vals:
             measured[metric] = statistics.median(vals)

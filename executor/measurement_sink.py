@@ -18,8 +18,6 @@ from executor.records import RunRecord, StepRecord
 from executor.store import Store
 from perfmodel.results import PHASE_METRICS
 
-MEASURED_PHASES = PHASE_METRICS  # phase -> the metric a measurement dict carries it as (perfmodel.results)
-
 
 class StepSink(Protocol):
     """What a log-reading backend needs: one call per completed step (tests pass a list-backed stand-in)."""
@@ -66,7 +64,7 @@ class MeasurementSink:
 
 def step_record(measurement: dict[str, Any], default_step: int) -> StepRecord:
     """A per-step measurement dict (`executor.backends.miles.logs.StepRecord.measurement`) as a store row."""
-    phases: dict[str, float | None] = {p: measurement.get(k) for p, k in MEASURED_PHASES.items()}
+    phases: dict[str, float | None] = {p: measurement.get(k) for p, k in PHASE_METRICS.items()}
     phases |= {"offload": None, "onload": None}
     nan = float("nan")
     return StepRecord(
@@ -80,7 +78,7 @@ def step_record(measurement: dict[str, Any], default_step: int) -> StepRecord:
         train_rollout_kl=float(measurement.get("train_rollout_kl", nan)),
         rollout_log_prob_mean=nan,
         train_stats={k: v for k, v in measurement.items() if isinstance(v, (int, float)) and k not in
-                     MEASURED_PHASES.values() and k != "step"},
+                     PHASE_METRICS.values() and k != "step"},
         weight_update={"perf": measurement.get("perf", {})},
         peak_rss_bytes={},
     )

@@ -17,10 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from perfmodel.results import PHASE_METRICS
-
 PHASES = ("rollout", "log_probs", "train", "weight_update", "offload", "onload", "step")
-PHASE_TO_PREDICTED = PHASE_METRICS  # the names perfmodel predicts each measured phase as (perfmodel.results)
 
 
 @dataclass

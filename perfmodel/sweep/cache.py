@@ -25,9 +25,11 @@ def code_fingerprint() -> str:
     from perfmodel.inputs.stack import stacks_dir
 
     h = hashlib.sha256(__version__.encode())
-    for path in sorted(PACKAGE_DIR.rglob("*")) + sorted(stacks_dir().glob("*.yaml")):
+    stacks = stacks_dir()
+    outside = [] if stacks.is_relative_to(PACKAGE_DIR) else sorted(stacks.glob("*.yaml"))  # a checkout's stacks/
+    for path in sorted(PACKAGE_DIR.rglob("*")) + outside:
         if path.is_file() and path.suffix in (".py", ".json", ".yaml") and "__pycache__" not in path.parts:
-            h.update(path.name.encode() if path.parent == stacks_dir() else str(path.relative_to(PACKAGE_DIR)).encode())
+            h.update((path.name if path.parent == stacks else str(path.relative_to(PACKAGE_DIR))).encode())
             h.update(path.read_bytes())
     return h.hexdigest()
 

@@ -149,3 +149,13 @@ def test_group_placement_follows_megatron_order(rl_case_dict):
     assert group_placement(scn, "ep") == GroupPlacement(8, 8)
     assert group_placement(scn, "etp") == GroupPlacement(1, 1)
     assert group_placement(scn, "expert_dp") == GroupPlacement(2, 1)  # stride 8
+
+
+def test_dispatch_send_buffer():
+    """The one EP volume formula: one copy per (token, expert) pair for alltoall, one per token when
+    deduplicating (the fan-out is priced from top_k and experts); the busiest rank's imbalance is in `tokens`."""
+    from perfmodel.cost.dispatch import Dispatch
+
+    assert Dispatch(4096, 7168, 8, 256, 1.0).send_bytes == pytest.approx(4096 * 8 * 7168 * 1)
+    assert Dispatch(4096 * 1.25, 7168, 8, 256, 2.0).send_bytes == pytest.approx(4096 * 1.25 * 8 * 7168 * 2)
+    assert Dispatch(4096, 7168, 8, 256, 2.0, dedup=True).send_bytes == pytest.approx(4096 * 7168 * 2)

@@ -6,7 +6,6 @@ import pytest
 
 from perfmodel.cost.train.moe import (
     MoEAssumptions,
-    dispatch_bytes,
     hash_expert_load,
     hash_routing_imbalance,
     layer_imbalance,
@@ -61,10 +60,3 @@ def test_layer_imbalance_learned_vs_hash():
     assert layer_imbalance(learned, m.vocab_size, 8, 32768, MoEAssumptions()) == 1.0
     assert layer_imbalance(hashed, m.vocab_size, 8, 32768, a) > 1.05
     assert layer_imbalance(hashed, m.vocab_size, 1, 32768, a) == 1.0
-
-
-def test_dispatch_bytes():
-    # tokens x top_k x hidden x bytes x (ep-1)/ep, busiest rank scaled by the imbalance
-    assert dispatch_bytes(4096, 8, 7168, "fp8", 8) == pytest.approx(4096 * 8 * 7168 * 1 * 7 / 8)
-    assert dispatch_bytes(4096, 8, 7168, "bf16", 8, 1.25) == pytest.approx(4096 * 8 * 7168 * 2 * 7 / 8 * 1.25)
-    assert dispatch_bytes(4096, 8, 7168, "bf16", 1) == 0.0

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodel.cost.dtypes import dtype_bytes
 from perfmodel.inputs.model import FFNSpec
 from perfmodel.memo import Memo
 
@@ -165,12 +164,3 @@ def layer_imbalance(ffn: FFNSpec, vocab: int, ep: int, tokens_in_ep_group: float
         return hash_routing_imbalance(vocab, ffn.num_experts, ffn.top_k, ep, int(round(tokens_in_ep_group)),
                                       a.zipf_s, a.seed, memo)
     return max(1.0, a.balance_factor)
-
-
-def dispatch_bytes(tokens: float, top_k: int, hidden: int, dtype: str, ep: int, imbalance: float = 1.0) -> float:
-    """Bytes the busiest EP rank moves over the fabric for one dispatch (or combine): its tokens x top_k copies
-    x hidden x bytes(dtype), the (ep-1)/ep that leave the GPU, scaled by the imbalance. Megatron's all-to-all
-    dispatcher sends one copy per (token, expert) pair; DeepEP deduplicates per rank (not modelled)."""
-    if ep <= 1:
-        return 0.0
-    return tokens * top_k * hidden * dtype_bytes(dtype) * (ep - 1) / ep * imbalance
