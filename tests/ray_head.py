@@ -26,10 +26,19 @@ class RayHead:
     temp_dir: Path
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(count: int, avoid: range) -> list[int]:
+    """`count` distinct free ports, none inside `avoid` (the worker range): the OS hands out ports from the
+    same ephemeral range the worker range is drawn from, and Ray refuses a component port inside it."""
+    ports: list[int] = []
+    for _ in range(count * 50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in avoid and port not in ports:
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+    raise RuntimeError("no free ports")
 
 
 def _free_range(width: int = 64) -> tuple[int, int]:
@@ -83,15 +92,15 @@ def ray_head():
     if ray_bin is None:
         pytest.skip("ray CLI not found")
     temp_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's unix socket paths must stay < 108 chars
-    dash = _free_port()
     lo, hi = _free_range()
-    gcs_port = _free_port()
+    dash, gcs_port, client, node_mgr, obj_mgr, metrics, agent_http, agent_grpc, runtime_env = _free_ports(
+        9, avoid=range(lo, hi + 1))
     cmd = [ray_bin, "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
            "--port", str(gcs_port), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
-           "--ray-client-server-port", str(_free_port()), "--node-manager-port", str(_free_port()),
-           "--object-manager-port", str(_free_port()), "--metrics-export-port", str(_free_port()),
-           "--dashboard-agent-listen-port", str(_free_port()), "--dashboard-agent-grpc-port", str(_free_port()),
-           "--runtime-env-agent-port", str(_free_port()), "--min-worker-port", str(lo), "--max-worker-port", str(hi),
+           "--ray-client-server-port", str(client), "--node-manager-port", str(node_mgr),
+           "--object-manager-port", str(obj_mgr), "--metrics-export-port", str(metrics),
+           "--dashboard-agent-listen-port", str(agent_http), "--dashboard-agent-grpc-port", str(agent_grpc),
+           "--runtime-env-agent-port", str(runtime_env), "--min-worker-port", str(lo), "--max-worker-port", str(hi),
            "--num-cpus", "1", "--num-gpus", "0", "--object-store-memory", str(100 * 1024 * 1024),
            "--disable-usage-stats", "--temp-dir", temp_dir]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}
