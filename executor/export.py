@@ -1,5 +1,5 @@
 """`executor export RUN`: a finished run as a validation case (the plan's run + the measured medians), so
-`perfmodel validate` scores the model on it and `perfmodel calibrate` fits a hardware profile to it."""
+`perfmodel validate` scores the model on it and `perfmodel calibrate` fits the run's stack to it."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def run_as_case(run: dict[str, Any], steps: list[dict[str, Any]], store_path: st
             measured[metric] = statistics.median(vals)
     plan = load_plan(plan_path)
     data = plan.model_dump(mode="json", by_alias=True, exclude_none=True,
-                           include={"kind", "hardware", "gpus", "model", "train", "rl"})
+                           include={"kind", "hardware", "stack", "stack_options", "gpus", "model", "train",
+                                    "rl"})
     case_id = re.sub(r"[^a-z0-9.\-]+", "-", run["run_id"].lower()).strip("-")
     data |= {"id": case_id, "measured": measured,
              "source": f"executor run {run['run_id']} ({run['backend']} backend, plan {run['plan_id']} sha256 "

@@ -1,88 +1,419 @@
-"""Calibration overlays: named efficiency parameters of a hardware profile, fitted to measured runs.
+"""Calibration: fit a stack's knobs (and, optionally, a hardware profile's efficiencies) to measured runs, with
+a prior toward the first-principles values, an uncertainty for every fitted parameter, and a refusal of those the
+runs do not inform.
 
-File format (YAML): {hardware: <id>, params: {name: value, ...}, fitted_on: [...], source: "..."}. The names are
-`HardwareProfile.calibration_params()`; never per-case knobs.
+The fit is a bounded least squares (scipy) in log space: each figure a run measured gives a residual
+log(predicted / measured) / RUN_SIGMA_LOG, each parameter with a first-principles value a prior residual
+log(value / first-principles value) / PRIOR_SIGMA_LOG. The posterior covariance of the log parameters is the inverse
+Gauss-Newton information at the solution (the Jacobian of the whitened residuals, the data re-weighted by the spread
+the fit left); a parameter whose posterior spread is still near its prior's is refused: it keeps its
+first-principles value and the overlay says why.
+
+Overlay (YAML), written by `perfmodel calibrate` and read by `--calibration` of simulate, sweep and validate:
+{stack, hardware, stack_params, hardware_params, uncertainty: {sigma_log, covariance_log, residual_sigma_log},
+refused, fit, provenance: {fitted_on, fitted_at, perfmodel, command}}. Stack parameters apply to runs on that stack
+(any hardware: a stack's overheads travel with it), hardware parameters to runs on that hardware.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from perfmodel.errors import InputError
+from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.hardware import HardwareProfile, load_hardware
 from perfmodel.inputs.loading import read_mapping
+from perfmodel.inputs.scenario import Scenario, build_scenario
+from perfmodel.inputs.stack import NUMERIC_KNOBS, Stack
+from perfmodel.memo import Memo
+from perfmodel.sim.invariants import PhysicsError
+
+PRIOR_SIGMA_LOG = math.log(2.0)  # a first-principles value is right within a factor of 2 (one sigma)
+# Assumption: a run's figures scatter about 10% around what the fitted parameters explain (weights the data
+# against the prior; the uncertainty uses the spread the fit actually leaves)
+RUN_SIGMA_LOG = 0.10
+RESIDUAL_SIGMA_FLOOR_LOG = 0.05  # a handful of runs says little about its own spread
+REFUSE_SHRINK = 0.7  # refused unless the runs shrink the parameter's spread below 70% of its prior's
+FLAT_REFUSE_SIGMA_LOG = 1.0  # a parameter without a prior: refused when still uncertain to a factor of e
+Z90 = 1.2815515655446004  # P10-P90 of a normal
+ZERO_START_S = 1.0e-4  # a seconds knob whose first-principles value is 0 starts here (log space needs > 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One fitted parameter: where it lives, its first-principles value and its bounds (log space)."""
+
+    kind: str  # "stack" | "hardware"
+    name: str
+    start: float
+    prior: bool  # a first-principles value to pull toward (a knob that is 0 by default has none)
+    lo_log: float
+    hi_log: float
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}.{self.name}"
+
+
+def _stack_param(stack: Stack, name: str) -> Param:
+    v = stack.numeric()[name]
+    if name.endswith("_s"):  # seconds: from a microsecond to 100 s
+        start = v if v > 0 else ZERO_START_S
+        return Param("stack", name, start, v > 0, math.log(1e-6), math.log(100.0))
+    return Param("stack", name, v, True, math.log(v / 100.0), math.log(v * 100.0))
+
+
+def _hardware_param(hw: HardwareProfile, name: str) -> Param:
+    v = hw.calibration_params()[name]
+    if v <= 0:
+        raise InputError("--hardware-params", name, f"{hw.id} has {name} = {v}: nothing to scale in log space")
+    hi = 0.0 if "efficiency" in name else math.log(v * 10.0)  # an efficiency stays <= 1
+    return Param("hardware", name, v, True, math.log(v / 10.0), max(hi, math.log(v)))
+
+
+@dataclass
+class Calibration:
+    """A fitted overlay: what it changes, how sure it is, what it refused and where it came from."""
+
+    stack: str | None
+    hardware: str | None
+    stack_params: dict[str, float] = field(default_factory=dict)
+    hardware_params: dict[str, float] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)  # "stack.x" / "hardware.y", the covariance's order
+    covariance_log: list[list[float]] = field(default_factory=list)
+    residual_sigma_log: float = RUN_SIGMA_LOG
+    refused: dict[str, str] = field(default_factory=dict)
+    fit: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    path: str = ""
+
+    # -- applying ----------------------------------------------------------------------------------------------
+    def applies_to(self, scn: Scenario) -> bool:
+        return ((not self.stack_params or scn.stack.id == self.stack)
+                and (not self.hardware_params or scn.hardware.id == self.hardware))
+
+    def check(self, scn: Scenario, source: str = "") -> None:
+        """Refuse loudly a run the overlay was not fitted for."""
+        if self.stack_params and scn.stack.id != self.stack:
+            raise InputError(self.path, "stack", f"calibration is for stack {self.stack!r}, {source or 'the run'} "
+                             f"is priced with {scn.stack.id!r}; calibrate that stack or drop --calibration")
+        if self.hardware_params and scn.hardware.id != self.hardware:
+            raise InputError(self.path, "hardware", f"calibration is for {self.hardware!r}, {source or 'the run'} "
+                             f"uses {scn.hardware.id!r}")
+
+    def apply(self, scn: Scenario) -> Scenario:
+        """The scenario with this overlay's parameters (those that apply to it)."""
+        hw, stack = scn.hardware, scn.stack
+        if self.hardware_params and hw.id == self.hardware:
+            hw = hw.with_params(self.hardware_params, source=self.path or "calibration")
+        if self.stack_params and stack.id == self.stack:
+            stack = stack.with_knobs(self.stack_params, source=self.path or "calibration")
+        return dataclasses.replace(scn, hardware=hw, stack=stack)
+
+    def hardware_profile(self, hw: HardwareProfile) -> HardwareProfile:
+        if self.hardware_params and hw.id == self.hardware:
+            return hw.with_params(self.hardware_params, source=self.path or "calibration")
+        return hw
+
+    def sigma_log(self) -> dict[str, float]:
+        return {n: math.sqrt(max(0.0, self.covariance_log[i][i])) for i, n in enumerate(self.names)}
+
+    def to_yaml_dict(self) -> dict[str, Any]:
+        return {"stack": self.stack, "hardware": self.hardware,
+                "stack_params": {k: float(v) for k, v in self.stack_params.items()},
+                "hardware_params": {k: float(v) for k, v in self.hardware_params.items()},
+                "uncertainty": {"sigma_log": self.sigma_log(),
+                                "covariance_log": {"names": list(self.names), "matrix": self.covariance_log},
+                                "residual_sigma_log": float(self.residual_sigma_log)},
+                "refused": dict(self.refused), "fit": self.fit, "provenance": self.provenance,
+                "source": "perfmodel calibrate: bounded least squares on log(predicted / measured) with a prior "
+                          "toward the first-principles values (perfmodel/calibration.py)"}
+
+
+def write_calibration(path: str | Path, cal: Calibration) -> None:
+    import yaml
+
+    Path(path).write_text(yaml.safe_dump(cal.to_yaml_dict(), sort_keys=False), encoding="utf-8")
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read an overlay; the one-hardware format of earlier releases ({hardware, params}) still loads."""
+    data = read_mapping(path)
+    p = str(path)
+    if "params" in data and "hardware_params" not in data:  # earlier format: hardware parameters only
+        data = {**data, "hardware_params": data.pop("params")}
+    for key in ("stack_params", "hardware_params"):
+        v = data.get(key) or {}
+        if not isinstance(v, dict) or not all(isinstance(x, (int, float)) for x in v.values()):
+            raise InputError(p, key, "needs a mapping of parameter name -> number")
+    stack, hardware = data.get("stack"), data.get("hardware")
+    if data.get("stack_params") and not isinstance(stack, str):
+        raise InputError(p, "stack", "an overlay with stack_params names its stack id")
+    if data.get("hardware_params") and not isinstance(hardware, str):
+        raise InputError(p, "hardware", "an overlay with hardware_params names its hardware id")
+    unknown = [k for k in data.get("stack_params") or {} if k not in NUMERIC_KNOBS]
+    if unknown:
+        raise InputError(p, f"stack_params.{unknown[0]}", f"not a fitted stack knob; valid: {', '.join(NUMERIC_KNOBS)}")
+    if data.get("hardware_params"):  # names and values checked against the profile now, not mid-sweep
+        load_hardware(hardware, source=p).with_params({k: float(v) for k, v in data["hardware_params"].items()},
+                                                      source=p)
+    unc = data.get("uncertainty") or {}
+    cov = (unc.get("covariance_log") or {})
+    return Calibration(stack=stack, hardware=hardware,
+                       stack_params={k: float(v) for k, v in (data.get("stack_params") or {}).items()},
+                       hardware_params={k: float(v) for k, v in (data.get("hardware_params") or {}).items()},
+                       names=list(cov.get("names") or []), covariance_log=list(cov.get("matrix") or []),
+                       residual_sigma_log=float(unc.get("residual_sigma_log", RUN_SIGMA_LOG)),
+                       refused=dict(data.get("refused") or {}), fit=dict(data.get("fit") or {}),
+                       provenance=dict(data.get("provenance") or {}), path=p)
 
 
 def apply_calibration_file(path: str | Path, hardware_ref: str | None = None, source: str = "") -> HardwareProfile:
-    """The profile with the overlay applied; `hardware_ref` None takes the overlay's own hardware id."""
-    data = read_mapping(path)
-    if hardware_ref is None:
-        hardware_ref = data.get("hardware")
-        if not isinstance(hardware_ref, str):
-            raise InputError(str(path), "hardware", "a calibration overlay names its hardware id")
-    hw = load_hardware(hardware_ref, source=source or str(path))
-    if data.get("hardware") not in (None, hw.id):
-        raise InputError(str(path), "hardware", f"calibration is for {data.get('hardware')!r}, the run uses {hw.id!r}")
-    params = data.get("params")
-    if not isinstance(params, dict) or not all(isinstance(v, (int, float)) for v in params.values()):
-        raise InputError(str(path), "params", "needs a mapping of parameter name -> number")
-    return hw.with_params({str(k): float(v) for k, v in params.items()}, source=str(path))
+    """The hardware profile with an overlay's hardware parameters (the stack's apply per scenario)."""
+    cal = load_calibration(path)
+    ref = hardware_ref or cal.hardware
+    if not isinstance(ref, str):
+        raise InputError(str(path), "hardware", "the overlay names no hardware and the run none either")
+    hw = load_hardware(ref, source=source or str(path))
+    if cal.hardware_params and cal.hardware != hw.id:
+        raise InputError(str(path), "hardware", f"calibration is for {cal.hardware!r}, the run uses {hw.id!r}")
+    return cal.hardware_profile(hw)
 
 
-def write_calibration(path: str | Path, hardware_id: str, params: dict[str, float], fitted_on: list[str],
-                      report: dict) -> None:
-    import yaml
-
-    data = {"hardware": hardware_id, "params": {k: float(v) for k, v in params.items()}, "fitted_on": fitted_on,
-            "source": "perfmodel calibrate (scipy least squares on log(predicted / measured))", "fit": report}
-    Path(path).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+# ---------------------------------------------------------------------------------------------------------------
+# Fitting
 
 
-def fit_calibration(cases: list, hw: HardwareProfile, names: list[str], metrics: tuple[str, ...] | None = None,
-                    ) -> tuple[dict[str, float], dict]:
-    """Fit the named parameters of `hw` so the cases' predicted metrics match their measured ones.
-
-    Residuals are log(predicted / measured) of every scored metric (relative errors, symmetric); each
-    parameter is bounded to (0, 1] for efficiencies and [0, 10 x start] for other quantities. Returns the fitted
-    parameters and a small report (residual RMS before and after, per-case errors after)."""
-    import numpy as np
-    from scipy.optimize import least_squares
-
-    from perfmodel.inputs.scenario import build_scenario
-    from perfmodel.memo import Memo
+def _predict(scn: Scenario, memo: Memo) -> dict[str, float] | None:
     from perfmodel.predict import simulate_scenario
 
-    start = hw.calibration_params()
-    unknown = [n for n in names if n not in start]
-    if unknown:
-        raise InputError("--params", unknown[0], f"not a calibratable parameter of {hw.id}; valid: "
-                         + ", ".join(sorted(start)))
-    x0 = np.array([start[n] for n in names], dtype=float)
-    is_eff = [("efficiency" in n) for n in names]
-    lo = np.array([1e-3 if e else 0.0 for e in is_eff])
-    hi = np.array([1.0 if e else max(10 * v, 1e-3) for e, v in zip(is_eff, x0)])
-    x0 = np.clip(x0, lo + 1e-9, hi)
+    try:
+        return simulate_scenario(scn, memo=memo).metrics()
+    except PhysicsError:  # faster than the hardware allows: no parameter value gets there
+        return None
 
-    memo = Memo()  # what a trial's parameters do not touch (hash-routing tables) is priced once for the fit
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        trial = hw.with_params(dict(zip(names, map(float, x))), source="calibration fit")
+def _with(scn: Scenario, params: list[Param], values: np.ndarray) -> Scenario:
+    st = {p.name: float(v) for p, v in zip(params, values) if p.kind == "stack"}
+    hw = {p.name: float(v) for p, v in zip(params, values) if p.kind == "hardware"}
+    out = scn
+    if hw:
+        out = dataclasses.replace(out, hardware=out.hardware.with_params(hw, source="calibration fit"))
+    if st:
+        out = dataclasses.replace(out, stack=out.stack.with_knobs(st, source="calibration fit"))
+    return out
+
+
+@dataclass
+class _Problem:
+    scenarios: list[Scenario]
+    cases: list[ValidationCase]
+    params: list[Param]
+    metrics: tuple[str, ...] | None
+    memo: Memo = field(default_factory=Memo)
+    evaluations: int = 0
+
+    def figures(self) -> list[tuple[int, str, float]]:
+        return [(i, m, v) for i, c in enumerate(self.cases) for m, v in c.measured.items()
+                if self.metrics is None or m in self.metrics]
+
+    def log_residuals(self, u: np.ndarray) -> np.ndarray:
+        """log(predicted / measured) of every figure; a figure the model cannot predict there scores 0 (a case
+        made infeasible scores a large residual instead: the fit steers away from it)."""
+        self.evaluations += 1
+        values = np.exp(u)
         out = []
-        for case in cases:
-            try:
-                pred = simulate_scenario(build_scenario(case, hardware=trial), memo=memo).metrics()
-            except InputError:
-                continue
-            for metric, measured in case.measured.items():
-                if (metrics is None or metric in metrics) and pred.get(metric):
-                    out.append(np.log(pred[metric] / measured))
-        return np.array(out) if out else np.zeros(1)
+        preds: dict[int, dict[str, float] | None] = {}
+        for i, metric, measured in self.figures():
+            if i not in preds:
+                scn = _with(self.scenarios[i], self.params, values)
+                preds[i] = _predict(scn, self.memo)
+            pred = preds[i]
+            if pred is None:
+                out.append(-3.0)  # infeasible (impossibly fast): as if predicted 20x too fast
+            elif pred.get(metric):
+                out.append(math.log(pred[metric] / measured))
+            else:
+                out.append(0.0)
+        return np.array(out)
 
-    r0 = residuals(x0)
-    fit = least_squares(residuals, x0, bounds=(lo, hi), diff_step=1e-3, max_nfev=60 * len(names))
-    r1 = fit.fun
-    params = dict(zip(names, map(float, fit.x)))
-    report = {"residual_rms_before": float(np.sqrt(np.mean(r0 ** 2))),
-              "residual_rms_after": float(np.sqrt(np.mean(r1 ** 2))),
-              "n_residuals": int(len(r1)), "evaluations": int(fit.nfev)}
-    return params, report
+
+def _prior_rows(params: list[Param], u: np.ndarray) -> np.ndarray:
+    return np.array([(ui - math.log(p.start)) / PRIOR_SIGMA_LOG for p, ui in zip(params, u) if p.prior])
+
+
+def _whitened(problem: _Problem, u: np.ndarray, sigma: float) -> np.ndarray:
+    return np.concatenate([problem.log_residuals(u) / sigma, _prior_rows(problem.params, u)])
+
+
+def _solve(problem: _Problem) -> tuple[np.ndarray, np.ndarray]:
+    from scipy.optimize import least_squares
+
+    params = problem.params
+    u0 = np.array([math.log(p.start) for p in params])
+    lo = np.array([p.lo_log for p in params])
+    hi = np.array([p.hi_log for p in params])
+    u0 = np.clip(u0, lo + 1e-9, hi - 1e-9)
+    fit = least_squares(lambda u: _whitened(problem, u, RUN_SIGMA_LOG), u0, bounds=(lo, hi), diff_step=1e-3,
+                        x_scale=1.0, max_nfev=40 * (len(params) + 1))
+    return fit.x, fit.jac
+
+
+def _posterior(problem: _Problem, u: np.ndarray, jac: np.ndarray, sigma_resid: float) -> np.ndarray:
+    """Posterior covariance of the log parameters: data rows re-weighted by the spread the fit left."""
+    n_data = len(problem.figures())
+    j = jac.copy()
+    j[:n_data] *= RUN_SIGMA_LOG / sigma_resid
+    info = j.T @ j
+    return np.linalg.pinv(info)
+
+
+def _refusals(params: list[Param], cov: np.ndarray, jac: np.ndarray, n_data: int) -> dict[str, str]:
+    out = {}
+    for i, p in enumerate(params):
+        sd = math.sqrt(max(0.0, cov[i, i]))
+        if not np.any(np.abs(jac[:n_data, i]) > 1e-9):
+            out[p.key] = "no figure of these runs depends on it"
+        elif p.prior and sd > REFUSE_SHRINK * PRIOR_SIGMA_LOG:
+            out[p.key] = (f"these runs narrow it only to x/{math.exp(sd):.2f} (the prior alone: "
+                          f"x/{math.exp(PRIOR_SIGMA_LOG):.2f}): not informed, kept at its first-principles value")
+        elif not p.prior and sd > FLAT_REFUSE_SIGMA_LOG:
+            out[p.key] = (f"these runs leave it uncertain to x/{math.exp(min(sd, 50.0)):.3g}: not informed, kept at "
+                          "its default")
+    return out
+
+
+def fit_calibration(cases: list[ValidationCase], stack_names: list[str], hardware_names: list[str] = (),
+                    hardware: HardwareProfile | None = None, metrics: tuple[str, ...] | None = None,
+                    sources: list[str] | None = None, command: str = "") -> Calibration:
+    """Fit the named stack knobs (and hardware parameters) to `cases`, which share one stack (and, when hardware
+    parameters are fitted, one hardware). Parameters the runs do not inform are refused and the rest refitted."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    t0 = time.perf_counter()
+    if not cases:
+        raise InputError("", "cases", "no measured run to calibrate on")
+    scenarios = [build_scenario(c, hardware=hardware if hardware and c.hardware == hardware.id else None,
+                                source=(sources[i] if sources else c.id)) for i, c in enumerate(cases)]
+    stacks = {s.stack.id for s in scenarios}
+    if len(stacks) > 1 and stack_names:
+        raise InputError("", "stack", f"the runs are priced with several stacks ({', '.join(sorted(stacks))}); "
+                         "calibrate one stack at a time (--stack)")
+    hws = {s.hardware.id for s in scenarios}
+    if hardware_names and len(hws) > 1:
+        raise InputError("--hardware-params", "hardware", f"the runs span several hardware ({', '.join(sorted(hws))})"
+                         "; hardware parameters are fitted on one (--hardware)")
+    bad = [n for n in stack_names if n not in NUMERIC_KNOBS]
+    if bad:
+        raise InputError("--params", bad[0], f"not a fitted stack knob; valid: {', '.join(NUMERIC_KNOBS)}")
+    params = [_stack_param(scenarios[0].stack, n) for n in stack_names]
+    if hardware_names:
+        valid = scenarios[0].hardware.calibration_params()
+        bad = [n for n in hardware_names if n not in valid]
+        if bad:
+            raise InputError("--hardware-params", bad[0], f"not a calibratable parameter of "
+                             f"{scenarios[0].hardware.id}; valid: {', '.join(sorted(valid))}")
+        params += [_hardware_param(scenarios[0].hardware, n) for n in hardware_names]
+    problem = _Problem(scenarios, cases, params, metrics)
+    n_data = len(problem.figures())
+    start = np.array([math.log(p.start) for p in params])
+    rms_before = float(np.sqrt(np.mean(problem.log_residuals(start) ** 2)))
+
+    refused: dict[str, str] = {}
+    active = list(params)
+    u = start
+    cov = np.zeros((0, 0))
+    for _ in range(len(params) + 1):  # refuse, refit without the refused, until none is left to refuse
+        problem.params = active
+        if not active:
+            break
+        u, jac = _solve(problem)
+        resid = problem.log_residuals(u)
+        sigma = max(RESIDUAL_SIGMA_FLOOR_LOG, float(np.sqrt(np.mean(resid ** 2))))
+        cov = _posterior(problem, u, jac, sigma)
+        new = _refusals(active, cov, jac, n_data)
+        if not new:
+            break
+        refused |= new
+        active = [p for p in active if p.key not in new]
+    problem.params = active
+    resid = problem.log_residuals(u) if active else problem.log_residuals(np.zeros(0))
+    sigma = max(RESIDUAL_SIGMA_FLOOR_LOG, float(np.sqrt(np.mean(resid ** 2))))
+    fitted = {p.key: float(math.exp(v)) for p, v in zip(active, u)} if active else {}
+    try:
+        pkg = version("perfmodel")
+    except PackageNotFoundError:
+        pkg = "unknown"
+    per_case = []
+    for i, c in enumerate(cases):
+        errs = {m: float(math.exp(r) - 1) for (j, m, _), r in zip(problem.figures(), resid) if j == i}
+        per_case.append({"id": c.id, "errors": errs})
+    return Calibration(
+        stack=scenarios[0].stack.id if stack_names else None,
+        hardware=scenarios[0].hardware.id if hardware_names else None,
+        stack_params={p.name: fitted[p.key] for p in active if p.kind == "stack"},
+        hardware_params={p.name: fitted[p.key] for p in active if p.kind == "hardware"},
+        names=[p.key for p in active], covariance_log=cov.tolist() if active else [],
+        residual_sigma_log=sigma, refused=refused,
+        fit={"residual_rms_log_before": rms_before, "residual_rms_log_after": float(np.sqrt(np.mean(resid ** 2))),
+             "n_figures": n_data, "evaluations": problem.evaluations,
+             "seconds": round(time.perf_counter() - t0, 2), "per_case": per_case,
+             "prior_sigma_log": PRIOR_SIGMA_LOG, "run_sigma_log": RUN_SIGMA_LOG},
+        provenance={"fitted_on": [{"id": c.id, "file": (sources[i] if sources else ""), "source": c.source}
+                                  for i, c in enumerate(cases)],
+                    "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "perfmodel": pkg,
+                    "command": command})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bands
+
+
+def prediction_band(scn: Scenario, cal: Calibration | None, memo: Memo | None = None,
+                    ) -> dict[str, tuple[float, float, float]]:
+    """P10, P50, P90 of each predicted metric. With an overlay: from its parameters' covariance (the metric's
+    sensitivity to each, by finite differences) and the spread its runs left. Without: from the prior on the
+    stack's multipliers (zero-shot: a factor of 2 each, one sigma) and RUN_SIGMA_LOG."""
+    memo = memo if memo is not None else Memo()
+    if cal is not None and cal.names:
+        base_scn = cal.apply(scn)
+        keys = list(cal.names)
+        cov = np.array(cal.covariance_log, dtype=float)
+        resid = cal.residual_sigma_log
+    else:
+        base_scn = scn
+        keys = ["stack.train_compute_scale", "stack.rollout_compute_scale"] if scn.run.rl else \
+            ["stack.train_compute_scale"]
+        cov = np.eye(len(keys)) * PRIOR_SIGMA_LOG ** 2
+        resid = RUN_SIGMA_LOG
+    base = _predict(base_scn, memo)
+    if base is None:
+        raise PhysicsError("the calibrated prediction breaks a physical invariant")
+    h = 0.05
+    grads = []
+    for k in keys:
+        kind, name = k.split(".", 1)
+        if kind == "stack":
+            v = base_scn.stack.numeric()[name] or ZERO_START_S
+            trial = dataclasses.replace(base_scn, stack=base_scn.stack.with_knobs({name: v * math.exp(h)}, "band"))
+        else:
+            v = base_scn.hardware.calibration_params()[name]
+            trial = dataclasses.replace(base_scn, hardware=base_scn.hardware.with_params({name: v * math.exp(h)},
+                                                                                        "band"))
+        pred = _predict(trial, memo) or base
+        grads.append({m: (math.log(pred[m] / base[m]) / h if base.get(m) and pred.get(m) else 0.0) for m in base})
+    out = {}
+    for m, v in base.items():
+        if not v or not isinstance(v, (int, float)) or v <= 0:
+            continue
+        g = np.array([gr[m] for gr in grads])
+        sd = math.sqrt(resid ** 2 + float(g @ cov @ g))
+        out[m] = (v * math.exp(-Z90 * sd), v, v * math.exp(Z90 * sd))
+    return out

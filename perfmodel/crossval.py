@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfmodel.calibration import PRIOR_SIGMA_LOG, RESIDUAL_SIGMA_FLOOR_LOG, RUN_SIGMA_LOG, Z90
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.scenario import build_scenario
@@ -29,12 +30,6 @@ from perfmodel.predict import simulate_scenario
 from perfmodel.sim.invariants import PhysicsError
 
 SCALE_GRID = tuple(float(x) for x in np.exp(np.linspace(math.log(0.25), math.log(4.0), 9)))
-PRIOR_SIGMA_LOG = math.log(2.0)  # the prior: the stack's multiplier is 1.0 within a factor of 2 (one sigma)
-RESIDUAL_SIGMA_FLOOR_LOG = 0.05  # a group of one or two runs says little about its own spread
-# Assumption: a run's figures scatter about 10% around what its stack's multiplier explains (weights the data
-# against the prior in the fit; the bands use the group's own residual spread)
-RUN_SIGMA_LOG = 0.10
-Z90 = 1.2815515655446004  # P10-P90 of a normal
 
 
 @dataclass(slots=True)

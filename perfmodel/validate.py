@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfmodel.calibration import apply_calibration_file
+from perfmodel.calibration import Calibration, load_calibration, prediction_band
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import ValidationCase, case_paths, load_case
-from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.inputs.scenario import build_scenario
 from perfmodel.memo import Memo
 from perfmodel.predict import predict_metrics
@@ -26,14 +25,23 @@ class CaseResult:
     stack_notes: tuple[str, ...] = ()
 
 
-def score_case(case: ValidationCase, path: str, hardware: HardwareProfile | None = None,
-               memo: Memo | None = None) -> CaseResult:
+def score_case(case: ValidationCase, path: str, calibrations: list[Calibration] | None = None,
+               memo: Memo | None = None, band: bool = False) -> CaseResult:
+    """Predict and score one case; each overlay applies when it was fitted for the case's stack / hardware.
+    `band`: P10-P90 of every prediction (the overlay's uncertainty, else the prior's) in the rows."""
     res = CaseResult(case.id, case.kind, path)
+    bands: dict[str, tuple[float, float, float]] = {}
     try:
-        scenario = build_scenario(case, source=path, hardware=hardware)
+        scenario = build_scenario(case, source=path)
+        overlay = None
+        for cal in calibrations or []:
+            if cal.applies_to(scenario):
+                scenario, overlay = cal.apply(scenario), cal
         res.split_note = scenario.split_note
         res.stack, res.stack_notes = scenario.stack.id, scenario.stack.notes
         predicted = predict_metrics(scenario, memo)
+        if band:  # the overlay is already in the scenario: the band only needs its covariance
+            bands = prediction_band(scenario, _uncertainty_only(overlay), memo)
     except InputError as err:
         res.failed_reason = str(err)
     except (ArithmeticError, ValueError, KeyError, IndexError, TypeError) as err:
@@ -49,7 +57,10 @@ def score_case(case: ValidationCase, path: str, hardware: HardwareProfile | None
     for metric, measured in case.measured.items():
         pred = predicted.get(metric)
         rel = None if pred is None else (pred - measured) / measured
-        res.rows.append({"id": case.id, "metric": metric, "measured": measured, "predicted": pred, "rel_error": rel})
+        row = {"id": case.id, "metric": metric, "measured": measured, "predicted": pred, "rel_error": rel}
+        if metric in bands:
+            row["p10"], row["p90"] = bands[metric][0], bands[metric][2]
+        res.rows.append(row)
         if pred is None:
             missing.append(metric)
     if missing:  # listed, never skipped silently
@@ -66,9 +77,17 @@ def _stats(rows: list[dict]) -> dict:
     }
 
 
-def run_validation(paths: list[str], calibrations: list[str] | None = None) -> dict:
+def _uncertainty_only(cal: Calibration | None) -> Calibration | None:
+    """The overlay's covariance without re-applying its parameters (the scenario already has them)."""
+    if cal is None:
+        return None
+    return Calibration(stack=cal.stack, hardware=cal.hardware, names=cal.names, covariance_log=cal.covariance_log,
+                       residual_sigma_log=cal.residual_sigma_log, path=cal.path)
+
+
+def run_validation(paths: list[str], calibrations: list[str] | None = None, band: bool = False) -> dict:
     """Load every case (a malformed one raises InputError: nothing half-scored), predict and score. Each
-    calibration overlay applies to the cases on its hardware."""
+    calibration overlay applies to the cases of its stack (and hardware, for hardware parameters)."""
     files = case_paths(paths)
     if not files:
         raise InputError(", ".join(paths), "", "no *.yaml validation cases found")
@@ -78,12 +97,9 @@ def run_validation(paths: list[str], calibrations: list[str] | None = None) -> d
         if case.id in seen:
             raise InputError(p, "id", f"duplicate case id {case.id!r} (also in {seen[case.id]})")
         seen[case.id] = p
-    overlays: dict[str, HardwareProfile] = {}
-    for cal in calibrations or []:
-        hw = apply_calibration_file(cal)
-        overlays[hw.id] = hw
+    overlays = [load_calibration(cal) for cal in calibrations or []]
     memo = Memo()  # cases share what they price alike (hash-routing tables, layer costs of one hardware)
-    results = [score_case(c, p, overlays.get(c.hardware), memo) for c, p in cases]
+    results = [score_case(c, p, overlays, memo, band) for c, p in cases]
     rows = [r for res in results for r in res.rows]
     summary = _stats(rows)
     summary["cases"] = len(results)

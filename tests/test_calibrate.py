@@ -1,67 +1,139 @@
-"""`perfmodel calibrate`: fitting recovers a known efficiency from synthetic measurements; the overlay file
-round-trips through validate --calibration."""
+"""`perfmodel calibrate`: stack knobs (and hardware efficiencies) recovered from synthetic records, parameters the
+runs do not inform refused, the overlay's provenance, and its round trip through validate / simulate."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import yaml
 
-from perfmodel.calibration import apply_calibration_file, fit_calibration
+from perfmodel.calibration import (
+    apply_calibration_file,
+    fit_calibration,
+    load_calibration,
+    prediction_band,
+)
 from perfmodel.cli import main
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.hardware import load_hardware
+from perfmodel.inputs.plan import load_plan
+from perfmodel.inputs.run import RunSpec
 from perfmodel.inputs.scenario import build_scenario
 from perfmodel.predict import simulate_scenario
 from tests.conftest import write_yaml
 
-
-def _synthetic_case(case_dict: dict, hw_true) -> dict:
-    """The H100 Llama 70B case, 'measured' on a profile whose FP8 GEMMs run at 80% of the shipped efficiency."""
-    case = ValidationCase.model_validate(case_dict)
-    m = simulate_scenario(build_scenario(case, hardware=hw_true)).metrics()
-    case_dict["measured"] = {"tokens_per_s_per_gpu": m["tokens_per_s_per_gpu"]}
-    return case_dict
+LOOP_PLANS = Path(__file__).resolve().parent.parent / "studies" / "calibration-loop" / "plans"
+TRUE_LOCAL = {"train_compute_scale": 3.0, "host_op_time_scale": 2.0, "rollout_decode_host_s": 0.2,
+              "weight_update_fixed_s": 0.05}
 
 
-def test_fit_recovers_a_known_efficiency(case_dict):
+def _measured_on(run: RunSpec, case_id: str, stack_knobs: dict | None = None, hw=None) -> ValidationCase:
+    """The run 'measured' on a stack (and hardware) with known parameters: its predicted figures."""
+    scn = build_scenario(run, hardware=hw)
+    if stack_knobs:
+        scn = dataclasses.replace(scn, stack=scn.stack.with_knobs(stack_knobs, "truth"))
+    m = simulate_scenario(scn).metrics()
+    names = (["rollout_time_s", "log_probs_time_s", "train_time_s", "weight_update_time_s", "step_time_s"]
+             if run.rl else ["tokens_per_s_per_gpu"])
+    data = run.model_dump(mode="json", by_alias=True, exclude_none=True, include=set(RunSpec.model_fields))
+    return ValidationCase.model_validate(data | {"id": case_id, "source": "synthetic",
+                                                 "measured": {n: m[n] for n in names}})
+
+
+def _local_records() -> list[ValidationCase]:
+    plans = sorted(LOOP_PLANS.glob("loop-*.yaml"))[:3]
+    return [_measured_on(load_plan(p), p.stem, TRUE_LOCAL) for p in plans]
+
+
+def test_fit_recovers_known_stack_knobs_within_2_percent():
+    cal = fit_calibration(_local_records(), list(TRUE_LOCAL))
+    assert cal.stack == "local-cpu" and not cal.refused
+    for name, true in TRUE_LOCAL.items():
+        assert cal.stack_params[name] == pytest.approx(true, rel=0.02), name
+    assert cal.fit["residual_rms_log_after"] < 0.01 < cal.fit["residual_rms_log_before"]
+    sig = cal.sigma_log()
+    assert all(0 < sig[f"stack.{n}"] < 0.3 for n in TRUE_LOCAL)
+
+
+def test_uninformed_parameters_are_refused_and_kept(case_dict):
+    """One pretraining run cannot tell the compute multiplier from the host's op rate, and says nothing about
+    the rollout: both refused, each with its reason, the informed one fitted."""
+    run = ValidationCase.model_validate(case_dict)
+    case = _measured_on(run, "one", {"train_compute_scale": 1.5})
+    cal = fit_calibration([case], ["train_compute_scale", "rollout_compute_scale"])
+    assert "stack.rollout_compute_scale" in cal.refused and "no figure" in cal.refused["stack.rollout_compute_scale"]
+    assert cal.stack_params == pytest.approx({"train_compute_scale": 1.5}, rel=0.03)
+    local = _local_records()[:1]
+    cal = fit_calibration(local, ["train_compute_scale", "host_op_time_scale", "weight_update_fixed_s"])
+    refused = set(cal.refused)
+    assert refused & {"stack.train_compute_scale", "stack.host_op_time_scale"}, cal.refused
+    assert "stack.weight_update_fixed_s" not in refused
+    assert cal.stack_params["weight_update_fixed_s"] == pytest.approx(0.05, rel=0.02)
+
+
+def test_fit_recovers_a_hardware_efficiency_jointly(case_dict):
     hw = load_hardware("h100-sxm")
     true_eff = 0.8 * hw.calibration_params()["gemm_max_efficiency_fp8"]
-    d = _synthetic_case(case_dict, hw.with_params({"gemm_max_efficiency_fp8": true_eff}))
-    params, report = fit_calibration([ValidationCase.model_validate(d)], hw, ["gemm_max_efficiency_fp8"])
-    assert params["gemm_max_efficiency_fp8"] == pytest.approx(true_eff, rel=0.03)
-    assert report["residual_rms_after"] < 0.01 < report["residual_rms_before"]
+    truth = hw.with_params({"gemm_max_efficiency_fp8": true_eff})
+    run = ValidationCase.model_validate(case_dict)
+    cases = [_measured_on(run.model_copy(update={"train": run.train.model_copy(update={"global_batch": g})}),
+                          f"gb{g}", hw=truth) for g in (256, 512, 1024)]
+    cal = fit_calibration(cases, [], ["gemm_max_efficiency_fp8"], hardware=hw)
+    assert cal.hardware == "h100-sxm" and cal.stack is None
+    assert cal.hardware_params["gemm_max_efficiency_fp8"] == pytest.approx(true_eff, rel=0.02)
 
 
-def test_stack_overhead_fits_as_a_software_scale_not_a_hardware_efficiency(case_dict):
-    """A stack whose layers run 2.5x slower than their kernels: train_software_scale absorbs it (communication and
-    the optimizer untouched), the GEMM efficiencies stay as measured; the shipped profiles leave it at 1."""
-    hw = load_hardware("h100-sxm")
-    assert hw.train_software_scale == 1.0 and "train_software_scale" in hw.sources
-    d = _synthetic_case(case_dict, hw.with_params({"train_software_scale": 2.5}))
-    params, report = fit_calibration([ValidationCase.model_validate(d)], hw, ["train_software_scale"])
-    assert params["train_software_scale"] == pytest.approx(2.5, rel=0.03)
-    assert report["residual_rms_after"] < 0.01 < report["residual_rms_before"]
-
-
-def test_calibrate_command_and_validate_overlay(tmp_path, case_dict, capsys):
-    hw = load_hardware("h100-sxm")
-    d = _synthetic_case(case_dict, hw.with_params({"gemm_max_efficiency_fp8": 0.6}))
-    case_path = write_yaml(tmp_path / "c.yaml", d)
+def test_calibrate_command_overlay_provenance_and_round_trip(tmp_path, capsys):
+    paths = [write_yaml(tmp_path / f"{c.id}.yaml", c.model_dump(mode="json", exclude_none=True))
+             for c in _local_records()]
     out = tmp_path / "cal.yaml"
-    assert main(["calibrate", str(case_path), "--hardware", "h100-sxm", "--params", "gemm_max_efficiency_fp8",
-                 "--out", str(out)]) == 0
+    assert main(["calibrate", *map(str, paths), "--params", ",".join(TRUE_LOCAL), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "stack.train_compute_scale" in printed and "x/" in printed
     overlay = yaml.safe_load(out.read_text())
-    assert overlay["hardware"] == "h100-sxm" and overlay["fitted_on"] == [d["id"]]
-    assert apply_calibration_file(out, "h100-sxm").gemm_curve("fp8").max_efficiency == pytest.approx(0.6, rel=0.03)
-    capsys.readouterr()
-    assert main(["validate", str(case_path), "--calibration", str(out), "--json"]) == 0
+    assert overlay["stack"] == "local-cpu" and overlay["hardware"] is None
+    prov = overlay["provenance"]
+    assert [f["id"] for f in prov["fitted_on"]] == [p.stem for p in paths]
+    assert prov["fitted_at"].endswith("Z") and "calibrate" in prov["command"]
+    assert set(overlay["uncertainty"]["sigma_log"]) == {f"stack.{n}" for n in TRUE_LOCAL}
+    # validate with the overlay: the synthetic truth is reproduced, with a band that holds it
+    assert main(["validate", *map(str, paths), "--calibration", str(out), "--band", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert abs(report["cases"][0]["rel_error"]) < 0.02
+    assert all(abs(r["rel_error"]) < 0.02 for r in report["cases"])
+    assert all(r["p10"] < r["measured"] < r["p90"] for r in report["cases"])
+    # simulate: the overlay applies and the band prints; a run on another stack is refused with one line
+    assert main(["simulate", str(paths[0]), "--calibration", str(out), "--band"]) == 0
+    assert "P10-P90 from the calibration" in capsys.readouterr().out
+    other = yaml.safe_load(paths[0].read_text()) | {"stack": "miles"}
+    with pytest.raises(InputError, match="calibration is for stack 'local-cpu'"):
+        main(["simulate", str(write_yaml(tmp_path / "other.yaml", other)), "--calibration", str(out)])
 
 
-def test_unknown_parameter_is_refused(case_dict):
+def test_band_is_wider_uncalibrated_and_brackets_the_prediction():
+    run = load_plan(sorted(LOOP_PLANS.glob("loop-*.yaml"))[0])
+    scn = build_scenario(run)
+    prior = prediction_band(scn, None)
+    cal = fit_calibration(_local_records(), list(TRUE_LOCAL))
+    post = prediction_band(cal.apply(scn), dataclasses.replace(cal, stack_params={}))
+    for m in ("train_time_s", "step_time_s"):
+        lo, mid, hi = prior[m]
+        assert lo < mid < hi
+        assert post[m][2] / post[m][0] < hi / lo
+
+
+def test_old_hardware_overlays_still_load(tmp_path):
+    path = write_yaml(tmp_path / "old.yaml", {"hardware": "h100-sxm", "params": {"hbm_efficiency": 0.7}})
+    assert apply_calibration_file(path).hbm_efficiency == pytest.approx(0.7)
+    assert load_calibration(path).hardware_params == {"hbm_efficiency": 0.7}
+
+
+def test_unknown_parameters_are_refused_with_the_valid_names(case_dict):
+    case = ValidationCase.model_validate(case_dict)
+    with pytest.raises(InputError, match="not a fitted stack knob"):
+        fit_calibration([case], ["warp_speed"])
     with pytest.raises(InputError, match="not a calibratable parameter"):
-        fit_calibration([ValidationCase.model_validate(case_dict)], load_hardware("h100-sxm"), ["warp_speed"])
+        fit_calibration([case], [], ["warp_speed"], hardware=load_hardware("h100-sxm"))

@@ -1,50 +1,84 @@
-"""`perfmodel calibrate`: fit named efficiency parameters of one hardware profile to measured runs."""
+"""`perfmodel calibrate`: fit a stack's knobs (and optionally hardware efficiencies) to measured runs."""
 
 from __future__ import annotations
 
 import argparse
+import math
+import shlex
+import sys
 
 from perfmodel.errors import InputError
 
-DEFAULT_PARAMS = ("gemm_max_efficiency_bf16", "gemm_max_efficiency_fp8", "hbm_efficiency",
-                  "all_to_all_efficiency_scale_up", "all_to_all_efficiency_scale_out")
+TRAIN_KNOBS = ("train_compute_scale", "host_op_time_scale", "optimizer_host_s")
+RL_KNOBS = ("rollout_compute_scale", "rollout_decode_host_s", "rollout_request_host_s", "rollout_prefill_host_s",
+            "weight_update_fixed_s", "weight_update_tensor_s")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "calibrate", help="fit a hardware profile's efficiency parameters to measured runs",
-        description="Fit named parameters of one hardware profile (HardwareProfile.calibration_params) to the "
-        "measured runs given as validation-case YAML files or folders, by least squares on log(predicted / "
-        "measured), and write a calibration overlay that simulate, sweep and validate take with --calibration. "
-        "Only cases on that hardware are used; parameters the cases cannot inform stay where they start.")
+        "calibrate", help="fit a software stack's knobs (and hardware efficiencies) to measured runs",
+        description="Fit the numeric knobs of one software stack (stacks/<id>.yaml), and optionally named hardware "
+        "efficiencies, to measured runs given as validation-case YAML files or folders (executor export writes "
+        "them), by bounded least squares on log(predicted / measured) with a prior toward the first-principles "
+        "values. Prints each parameter with its uncertainty, refuses (keeps at its first-principles value) those "
+        "the runs do not inform, and writes an overlay that simulate, sweep and validate take with --calibration.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="measured runs (case files or folders)")
-    p.add_argument("--hardware", required=True, help="hardware id whose parameters to fit")
-    p.add_argument("--params", help="comma-separated parameter names (default: GEMM max efficiencies of the "
-                   "precisions used, HBM and all-to-all efficiencies)")
+    p.add_argument("--stack", help="stack id to fit (framework[@release] as resolved; default: the runs' one stack)")
+    p.add_argument("--hardware", help="only the runs on this hardware (required with --hardware-params)")
+    p.add_argument("--params", help="comma-separated stack knobs (default: those the runs' figures depend on: "
+                   f"{', '.join(TRAIN_KNOBS)}, and for RL runs {', '.join(RL_KNOBS)})")
+    p.add_argument("--hardware-params", help="comma-separated hardware parameters fitted jointly (e.g. "
+                   "hbm_efficiency,gemm_max_efficiency_bf16); none by default: the hardware stays first principles")
     p.add_argument("--out", required=True, help="calibration overlay YAML to write")
     p.set_defaults(func=run)
+
+
+def _names(text: str | None) -> list[str]:
+    return [n.strip() for n in (text or "").split(",") if n.strip()]
 
 
 def run(args: argparse.Namespace) -> int:
     from perfmodel.calibration import fit_calibration, write_calibration
     from perfmodel.inputs.case import case_paths, load_case
     from perfmodel.inputs.hardware import load_hardware
+    from perfmodel.inputs.stack import resolve_stack
 
-    hw = load_hardware(args.hardware, field="--hardware")
-    cases = [load_case(p) for p in case_paths(args.paths)]
-    cases = [c for c in cases if c.hardware == hw.id]
-    if not cases:
-        raise InputError(", ".join(args.paths), "hardware", f"no measured run on {hw.id} among the given cases")
-    if args.params:
-        names = [n.strip() for n in args.params.split(",") if n.strip()]
-    else:
-        used = {c.train.precision for c in cases} | {c.rl.rollout.precision for c in cases if c.rl}
-        names = [n for n in DEFAULT_PARAMS if not n.startswith("gemm_") or n.rsplit("_", 1)[1] in used]
-    params, report = fit_calibration(cases, hw, names)
-    write_calibration(args.out, hw.id, params, [c.id for c in cases], report)
-    print(f"fitted {len(names)} parameters of {hw.id} on {len(cases)} runs ({report['n_residuals']} metrics): "
-          f"RMS log error {report['residual_rms_before']:.3f} -> {report['residual_rms_after']:.3f}")
-    for n, v in params.items():
-        print(f"  {n}: {hw.calibration_params()[n]:.4g} -> {v:.4g}")
+    hw = load_hardware(args.hardware, field="--hardware") if args.hardware else None
+    if args.hardware_params and hw is None:
+        raise InputError("--hardware-params", "--hardware", "hardware parameters are fitted on one hardware: add "
+                         "--hardware <id>")
+    paths = case_paths(args.paths)
+    loaded = [(load_case(p), str(p)) for p in paths]
+    loaded = [(c, p) for c, p in loaded if hw is None or c.hardware == hw.id]
+    stack_of = {p: resolve_stack(c.stack, c.stack_options, p).id for c, p in loaded}
+    stacks = sorted(set(stack_of.values()))
+    if args.stack:
+        loaded = [(c, p) for c, p in loaded if stack_of[p] == args.stack]
+    elif len(stacks) > 1:
+        raise InputError(", ".join(args.paths), "stack", f"the runs are priced with {len(stacks)} stacks "
+                         f"({', '.join(stacks)}); choose one with --stack")
+    if not loaded:
+        where = f" on {hw.id}" if hw else ""
+        raise InputError(", ".join(args.paths), "stack", f"no measured run of stack {args.stack or stacks}{where} "
+                         f"among the given cases (stacks there: {', '.join(stacks) or 'none'})")
+    names = _names(args.params)
+    if not names:
+        names = list(TRAIN_KNOBS) + (list(RL_KNOBS) if any(c.rl for c, _ in loaded) else [])
+    cases = [c for c, _ in loaded]
+    cal = fit_calibration(cases, names, _names(args.hardware_params), hardware=hw,
+                          sources=[p for _, p in loaded],
+                          command="perfmodel calibrate " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
+    write_calibration(args.out, cal)
+    f = cal.fit
+    print(f"fitted stack {cal.stack or '-'}{' on ' + cal.hardware if cal.hardware else ''} to {len(cases)} runs "
+          f"({f['n_figures']} figures) in {f['seconds']:.1f} s: RMS log error {f['residual_rms_log_before']:.3f} -> "
+          f"{f['residual_rms_log_after']:.3f}")
+    sig = cal.sigma_log()
+    for kind, params in (("stack", cal.stack_params), ("hardware", cal.hardware_params)):
+        for n, v in params.items():
+            s = sig.get(f"{kind}.{n}", 0.0)
+            print(f"  {kind}.{n}: {v:.4g} (x/{math.exp(s):.3f}, one sigma)")
+    for k, why in cal.refused.items():
+        print(f"  refused {k}: {why}")
     print(f"wrote {args.out}")
     return 0

@@ -12,6 +12,9 @@ if TYPE_CHECKING:  # pydantic models: imported only when a command runs
     from perfmodel.inputs.run import RunSpec
 
 LAYOUT_FLAGS = ("tp", "pp", "cp", "ep", "etp", "vpp", "dp")
+# the figures a band is printed for: the phase times, the step and its throughput
+PHASE_BAND_METRICS = ("rollout_time_s", "log_probs_time_s", "train_time_s", "weight_update_time_s", "step_time_s",
+                      "tokens_per_s_per_gpu", "mfu")
 TRAIN_FLAGS = {"seq_len": int, "global_batch": int, "micro_batch": int, "max_tokens_per_gpu": int}
 
 
@@ -33,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--schedule", choices=["1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev"])
     p.add_argument("--recompute", choices=["none", "selective", "full"])
     p.add_argument("--calibration", help="calibration overlay YAML (from perfmodel calibrate)")
+    p.add_argument("--band", action="store_true", help="print a P10-P90 band on the predicted times and "
+                   "throughput (the overlay's uncertainty; without one, the prior on the stack's multipliers)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON of the simulated step")
     p.set_defaults(func=run)
@@ -93,21 +98,37 @@ def load_run_for_simulation(args: argparse.Namespace) -> tuple[RunSpec, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfmodel.calibration import apply_calibration_file
-    from perfmodel.predict import simulate_run
+    from perfmodel.calibration import load_calibration, prediction_band
+    from perfmodel.inputs.scenario import build_scenario
+    from perfmodel.predict import simulate_scenario
     from perfmodel.report.text import print_result
 
     run_spec, source = load_run_for_simulation(args)
-    hw = apply_calibration_file(args.calibration, run_spec.hardware, source) if args.calibration else None
-    result = simulate_run(run_spec, source=source, hardware=hw, record_trace=bool(args.trace))
+    scn = build_scenario(run_spec, source=source)
+    cal = load_calibration(args.calibration) if args.calibration else None
+    if cal is not None:
+        cal.check(scn, source)
+        scn = cal.apply(scn)
+    result = simulate_scenario(scn, record_trace=bool(args.trace))
+    bands = prediction_band(build_scenario(run_spec, source=source), cal) if args.band else {}
     if args.trace:
         from perfmodel.trace import write_trace
 
         write_trace(result.spans(), args.trace)
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        out = result.to_json()
+        if bands:
+            out["band_p10_p50_p90"] = {m: list(v) for m, v in bands.items()}
+        print(json.dumps(out, indent=2))
     else:
         print_result(result)
+        if bands:
+            basis = (f"calibration {args.calibration}" if cal is not None and cal.names
+                     else "prior on the stack's multipliers (not calibrated)")
+            print(f"P10-P90 from the {basis}:")
+            for m, (lo, mid, hi) in bands.items():
+                if m in PHASE_BAND_METRICS:
+                    print(f"  {m:<24} {lo:12.4g} {mid:12.4g} {hi:12.4g}")
         if args.trace:
             print(f"trace written to {args.trace} (open in https://ui.perfetto.dev)")
     return 0

@@ -16,7 +16,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="case files or folders of *.yaml (default: the bundled public cases)")
     v.add_argument("--json", action="store_true", help="print {cases, failed, summary} as JSON")
     v.add_argument("--calibration", action="append", metavar="FILE",
-                   help="calibration overlay (perfmodel calibrate) for the cases on its hardware; repeatable")
+                   help="calibration overlay (perfmodel calibrate) for the cases of its stack (and hardware, for "
+                   "hardware parameters); repeatable")
+    v.add_argument("--band", action="store_true",
+                   help="a P10-P90 band on every prediction: from the overlay's parameter uncertainty and the spread "
+                   "its runs left, or without one from the prior on the stack's multipliers; prints the coverage")
     v.add_argument("--cv", action="store_true",
                    help="cross-validate within (stack, hardware) groups: zero-shot vs calibrated (leave-one-out on "
                    "the stack's compute multiplier), P10-P90 bands and their coverage, and the learning curve")
@@ -47,17 +51,19 @@ def run(args: argparse.Namespace) -> int:
         paths = [str(d)]
     if args.cv:
         return _run_cv(paths, args.json)
-    report = run_validation(paths, args.calibration)
+    report = run_validation(paths, args.calibration, band=args.band)
     if args.json:
         print(json.dumps(validation_json(report), indent=2))
         return 0
     console = Console()
     table = Table(title="perfmodel validate", show_lines=False)
-    for col in ("case", "metric", "measured", "predicted", "error"):
+    cols = ["case", "metric", "measured", "predicted", "error"] + (["P10", "P90"] if args.band else [])
+    for col in cols:
         table.add_column(col, justify="left" if col in ("case", "metric") else "right")
     for row in report["cases"]:
+        band = [_fmt_num(row.get("p10")), _fmt_num(row.get("p90"))] if args.band else []
         table.add_row(row["id"], row["metric"], _fmt_num(row["measured"]), _fmt_num(row["predicted"]),
-                      _fmt_pct(row["rel_error"]))
+                      _fmt_pct(row["rel_error"]), *band)
     console.print(table)
     for f in report["failed"]:
         console.print(f"[yellow]not predicted[/]: {f['id']}: {f['reason']}", soft_wrap=True)
@@ -68,6 +74,11 @@ def run(args: argparse.Namespace) -> int:
     line = (f"{s['cases']} cases, {s['failed_cases']} not predicted; scored metrics n={s['n']}, "
             f"mean |error| {_fmt_pct(s['mean_abs_rel_error'])}, max |error| {_fmt_pct(s['max_abs_rel_error'])}")
     console.print(line.replace("+", ""), soft_wrap=True)
+    if args.band:
+        banded = [r for r in report["cases"] if r.get("p10") is not None]
+        inside = sum(r["p10"] <= r["measured"] <= r["p90"] for r in banded)
+        console.print(f"P10-P90 coverage: {inside} of {len(banded)} measured figures inside their band"
+                      + (f" ({inside / len(banded):.0%})" if banded else ""), soft_wrap=True)
     for kind, ks in s["by_kind"].items():
         console.print(f"  {kind}: n={ks['n']}, mean |error| {_fmt_pct(ks['mean_abs_rel_error'])}, "
                       f"max |error| {_fmt_pct(ks['max_abs_rel_error'])}, not predicted {ks['failed_cases']}"

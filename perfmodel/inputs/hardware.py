@@ -185,11 +185,6 @@ class HardwareProfile:
     all_to_all_latency_scale_out_s: float
     optimizer_hbm_efficiency: float
     host_link_efficiency: float
-    # Not hardware: how much slower a particular training stack runs its layers than the kernels priced here (a
-    # multiplier on training and log-prob compute, communication excluded). 1.0 in every profile; only a calibration
-    # overlay fitted to measured runs of that stack sets it (Miles' DSV4 path: 2-3x,
-    # studies/validation/miles-published).
-    train_software_scale: float = 1.0
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def peak(self, dtype: str) -> float:
@@ -217,7 +212,6 @@ class HardwareProfile:
         "all_to_all_latency_scale_out_s",
         "optimizer_hbm_efficiency",
         "host_link_efficiency",
-        "train_software_scale",
     )
 
     def calibration_params(self) -> dict[str, float]:
@@ -314,8 +308,7 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         all_to_all_latency_scale_out_s=(e.all_to_all_latency_s or e.collective_latency_s).scale_out.value,
         optimizer_hbm_efficiency=e.optimizer_hbm.value,
         host_link_efficiency=e.host_link.value,
-        sources={**sources, "train_software_scale": "1.0: the layers run as the kernels are priced (no stack "
-                 "overhead); set only by a calibration overlay"},
+        sources=sources,
     )
 
 

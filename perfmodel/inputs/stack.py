@@ -6,11 +6,26 @@ release the knobs that differ (`releases: {"25.11": {knobs: {...}}}`). A run nam
 name: an unknown release falls back to the framework's profile, an unknown framework to `stacks/default.yaml`,
 each with a one-line note; published runs name stacks the project has not met.
 
-Knobs (each priced by the cost model from FLOPs, bytes and op counts, or a named multiplier with prior 1.0):
+Knobs (each priced by the cost model from FLOPs, bytes and op counts, or a named multiplier with prior 1.0). A
+profile lists only what differs from `stacks/default.yaml`, which lists every knob with its source:
 - `attention_kernel`: flash (fused kernel) or materialized (scores and softmax through HBM);
   `cost/train/attention.py` prices both.
 - `train_compute_scale`: a multiplier on training and log-prob compute, prior 1.0, for what first principles do not
   yet explain of a stack (the place calibration fits a stack's overhead, not the hardware's efficiencies).
+- `host_op_time_scale`, `host_device_overlap`, `cuda_graphs`: the host's time to issue a layer's ops (op counts and
+  per-op times measured for eager megatron-core, `cost/train/moe.py`), how fast this stack's host issues them, and
+  whether that time hides under the device's (a GPU: a floor per layer) or adds to it (a CPU runs both). CUDA/HIP
+  graphs replay a dense layer without issuing its ops.
+- `optimizer_host_s`: host time of one optimizer step beyond its HBM-bound Adam (gradient finalization, clipping,
+  the optimizer's Python loop over parameter groups), not hidden by the device.
+- `pack_sequences`: RL training packs samples into micro-batches by tokens (Miles/slime dynamic batching) or pads
+  every sample of a micro-batch to the rollout's longest.
+- `rollout_compute_scale`, `rollout_decode_host_s`, `rollout_request_host_s`, `rollout_prefill_host_s`: the serving
+  engine's forwards (a multiplier), and its host time not hidden by the device: per decode step, per request in each
+  batch (scheduling, sampling, detokenizing and streaming one token), and per prefill batch.
+- `memory_saver`, `weight_update_fixed_s`, `weight_update_tensor_s`: colocated runs park the trainer and wake the
+  engines around the weight update (torch_memory_saver), the fixed calls of an update (pause + flush, post-process,
+  resume), and the engine's weight-loader time per HF tensor sent.
 """
 
 from __future__ import annotations
@@ -68,7 +83,12 @@ class StackProfile(BaseModel):
     releases: dict[str, _Release] = Field(default_factory=dict)
 
 
-KNOBS = ("attention_kernel", "train_compute_scale")
+# Knobs whose value is a positive number a calibration may fit (the rest are choices: a kernel, a flag).
+NUMERIC_KNOBS = ("train_compute_scale", "host_op_time_scale", "optimizer_host_s", "rollout_compute_scale",
+                 "rollout_decode_host_s", "rollout_request_host_s", "rollout_prefill_host_s", "weight_update_fixed_s",
+                 "weight_update_tensor_s")
+KNOBS = ("attention_kernel", "host_device_overlap", "cuda_graphs", "pack_sequences", "memory_saver",
+         *NUMERIC_KNOBS)
 
 
 class Stack(BaseModel):
@@ -80,6 +100,18 @@ class Stack(BaseModel):
     requested: str  # what the run named ("" when it named none)
     attention_kernel: AttentionKernel = "flash"
     train_compute_scale: float = Field(1.0, gt=0)
+    host_op_time_scale: float = Field(1.0, ge=0)
+    host_device_overlap: bool = True
+    cuda_graphs: bool = False
+    pack_sequences: bool = True
+    rollout_compute_scale: float = Field(1.0, gt=0)
+    optimizer_host_s: float = Field(0.0, ge=0)
+    rollout_decode_host_s: float = Field(0.0, ge=0)
+    rollout_request_host_s: float = Field(0.0, ge=0)
+    rollout_prefill_host_s: float = Field(5.0e-3, ge=0)
+    memory_saver: bool = True
+    weight_update_fixed_s: float = Field(0.8, ge=0)
+    weight_update_tensor_s: float = Field(0.0, ge=0)
     ignored_options: tuple[str, ...] = ()  # stack_options the cost model does not price yet
     notes: tuple[str, ...] = ()
     sources: dict[str, str] = Field(default_factory=dict)
@@ -87,7 +119,22 @@ class Stack(BaseModel):
     @property
     def knobs(self) -> tuple:
         """The values costs depend on (a cache key)."""
-        return (self.attention_kernel, self.train_compute_scale)
+        return tuple(getattr(self, k) for k in KNOBS)
+
+    def numeric(self) -> dict[str, float]:
+        """The knobs a calibration may fit, by name."""
+        return {k: float(getattr(self, k)) for k in NUMERIC_KNOBS}
+
+    def with_knobs(self, values: dict[str, Any], source: str) -> Stack:
+        """A copy with knobs overwritten (a calibration overlay), each recorded as coming from `source`."""
+        unknown = [k for k in values if k not in KNOBS]
+        if unknown:
+            raise InputError(source, unknown[0], f"not a stack knob; valid: {', '.join(KNOBS)}")
+        data = {**self.model_dump(), **values, "sources": {**self.sources, **dict.fromkeys(values, source)}}
+        try:
+            return Stack.model_validate(data)
+        except ValueError as err:
+            raise InputError(source, "params", " ".join(str(err).split())[:200]) from None
 
 
 @lru_cache(maxsize=64)
@@ -120,7 +167,8 @@ def resolve_stack(requested: str | None, options: StackOptions | None = None, so
         if prof is None:
             raise InputError(str(stacks_dir() / "default.yaml"), "", "the default stack profile is missing")
         framework, release = "default", ""
-    knobs = dict(prof.knobs)
+    base = load_stack_profile("default") if prof.id != "default" else None
+    knobs = {**(base.knobs if base else {}), **prof.knobs}
     used = prof.id
     if release:
         rel = prof.releases.get(release)

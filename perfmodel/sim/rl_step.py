@@ -190,6 +190,8 @@ def _train_side(scn: Scenario, lengths: list[int], record_trace: bool, memo: Mem
         packed = pack_microbatches(share, scn.dp, budget, t.micro_batch)
         return pad_microbatches(packed, runnable_microbatches(sched, t.layout.pp, len(packed), group))
 
+    if not scn.stack.pack_sequences:  # the stack pads every sample to the rollout's longest
+        lengths = [max(lengths)] * len(lengths)
     mbs = pack(lengths)
     # Log-probs (and the reference pass) run once over the whole rollout; training then takes
     # samples / global_batch optimizer steps (Miles --num-steps-per-rollout, NeMo-RL train_global_batch_size),
@@ -211,7 +213,7 @@ def _train_side(scn: Scenario, lengths: list[int], record_trace: bool, memo: Mem
 def simulate_rollout_side(scn: Scenario, seed: int = 0, memo: Memo | None = None) -> RolloutResult:
     rl = scn.run.rl
     key = _key("rollout", scn.hardware.calibration_params(), scn.model.id, scn.model.family, rl.model_dump(),
-               seed)
+               scn.stack.knobs, seed)
     memo = memo if memo is not None else Memo()
     return memo.get("rl_rollout", key, lambda: simulate_rollout(scn, seed=seed))
 
@@ -229,7 +231,7 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
     lengths = [prompt + int(r) for r in rollout.response_lengths]
     side = simulate_train_side(scn, lengths, record_trace=record_trace, memo=memo)
     wu_key = _key("wu", scn.hardware.calibration_params(), scn.model.id, scn.model.family, run.gpus,
-                  t.layout.model_dump(), t.pipeline_layers, rl.model_dump())
+                  t.layout.model_dump(), t.pipeline_layers, rl.model_dump(), scn.stack.knobs)
     wu = memo.get("rl_weight_update", wu_key, lambda: weight_update_time(scn))
     colocated = rl.placement == "colocated"
     offload = wu.after_rollout_s if colocated else 0.0

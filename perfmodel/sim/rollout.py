@@ -62,7 +62,7 @@ from typing import NamedTuple
 import numpy as np
 import simpy
 
-from perfmodel.cost.serve.engine import EngineCost, RolloutParams, rl_section
+from perfmodel.cost.serve.engine import EngineCost, RolloutParams, rl_section, rollout_params_for
 from perfmodel.errors import InputError
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.sim.invariants import PhysicsError, check_parts_non_negative
@@ -433,7 +433,7 @@ class _Rollout:
 
 def simulate_rollout(scn: Scenario, seed: int = 0, params: RolloutParams | None = None) -> RolloutResult:
     """Simulate one synchronous rollout (all prompts x samples of one RL step) on the rollout engines."""
-    params = params or RolloutParams()
+    params = params or rollout_params_for(scn)
     sim = _Rollout(scn, seed, params)
     sim.run()
     rl = rl_section(scn)

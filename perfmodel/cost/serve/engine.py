@@ -79,17 +79,22 @@ class RolloutParams:
     kernel_floor_s: float = KERNEL_FLOOR_S
     decode_kernels_per_layer: float | None = None  # None: by attention kind (DSV4 67, MLA/GQA counted)
     decode_host_overhead_s: float = 0.0
-    """CPU time per decode step not hidden by the GPU. 0: SGLang's overlap scheduler runs one batch ahead and the
-    LMSYS SGLang v0.4 blog's Nsight profile shows no GPU idle time between decode batches."""
+    """CPU time per decode step not hidden by the device: the stack's `rollout_decode_host_s` (stacks/default.yaml:
+    0, SGLang's overlap scheduler hides it on a GPU)."""
     prefill_host_overhead_s: float = 5.0e-3
-    """Assumption: a prefill forward runs eagerly (no CUDA graph) and its Python scheduling (PrefillAdder, radix
-    bookkeeping, batch preparation) is not overlapped: ~5 ms per prefill batch."""
+    """Python scheduling of a prefill batch: the stack's `rollout_prefill_host_s` (stacks/default.yaml)."""
     chunked_prefill_tokens: int = SGLANG_CHUNKED_PREFILL_TOKENS
     client_concurrency_per_engine: int = MILES_SERVER_CONCURRENCY_PER_ENGINE
     router: Literal["round_robin", "least_loaded"] = "round_robin"
     kv_admission: Literal["actual", "max"] = "actual"
     response_sigma: float = DEFAULT_RESPONSE_SIGMA
     moe_all_to_all: bool | None = None  # None: all-to-all with DP-attention, all-reduce (SGLang EP MoE) without
+
+
+def rollout_params_for(scn: Scenario) -> RolloutParams:
+    """The rollout parameters a scenario's stack states (its host time per decode step and per prefill)."""
+    return RolloutParams(decode_host_overhead_s=scn.stack.rollout_decode_host_s,
+                         prefill_host_overhead_s=scn.stack.rollout_prefill_host_s)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -163,7 +168,7 @@ class EngineCost:
     """Per-GPU cost of one engine (scheduler) forward. Built once per scenario; `decode_base(B)` is cached."""
 
     def __init__(self, scn: Scenario, params: RolloutParams | None = None) -> None:
-        self.params = p = params or RolloutParams()
+        self.params = p = params or rollout_params_for(scn)
         self.hw = hw = scn.hardware
         self.model = m = scn.model
         rl = rl_section(scn)
@@ -171,12 +176,15 @@ class EngineCost:
         self.geo = g = engine_geometry(scn, p)
         self.precision = ro.precision
         self.kv_dtype = ro.kv_cache_dtype or "bf16"  # SGLang kv_cache_dtype auto = the activation dtype (BF16)
-        self.bw = hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency
+        # the stack's multiplier on the engine's forwards (1.0 unless calibrated): every rate a forward runs at
+        self.compute_scale = scale = scn.stack.rollout_compute_scale
+        self.request_host_s = scn.stack.rollout_request_host_s  # per request per batch it is in
+        self.bw = hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency / scale
         gemm_dtype = "fp8" if ro.precision == "fp8" else "bf16"
         # DECODE_GEMM_CURVE off: the profile's large-GEMM rate, no shape factor (the kernel floor prices launches)
-        self.peak_gemm = gemm_rate(hw, gemm_dtype, None, shape_factor=False)
+        self.peak_gemm = gemm_rate(hw, gemm_dtype, None, shape_factor=False) / scale
         # attention math runs in BF16, flash-style, below the GEMM rate (perfmodel.cost.compute)
-        self.peak_attn = gemm_rate(hw, "bf16", None, shape_factor=False) * ATTENTION_FWD_REL_EFFICIENCY
+        self.peak_attn = gemm_rate(hw, "bf16", None, shape_factor=False) * ATTENTION_FWD_REL_EFFICIENCY / scale
         # engine groups on consecutive GPUs: attention TP, the whole engine (MoE all-reduce), EP (stride moe_tp)
         self.attn_group = placement_from_stride(hw, g.attn_tp, 1)
         self.unit_group = placement_from_stride(hw, g.unit_gpus, 1)
@@ -302,13 +310,14 @@ class EngineCost:
         return t
 
     def floor_s(self) -> float:
-        return self.kernels_per_layer * self.n_layers * self.params.kernel_floor_s
+        return self.kernels_per_layer * self.n_layers * self.params.kernel_floor_s * self.compute_scale
 
     def decode_base(self, batch: int) -> float:
         """Decode step time without the KV term, for `batch` running requests."""
         t = self._base_cache.get(batch)
         if t is None:
-            t = self.gemm_s(batch) + self.comm_s(batch) + self.floor_s() + self.params.decode_host_overhead_s
+            t = (self.gemm_s(batch) + self.comm_s(batch) + self.floor_s() + self.params.decode_host_overhead_s
+                 + batch * self.request_host_s)
             self._base_cache[batch] = t
         return t
 
@@ -317,6 +326,7 @@ class EngineCost:
         total = sum(prompts)
         if total <= 0:
             return 0.0
+        host = len(prompts) * self.request_host_s
         chunk = max(1, self.params.chunked_prefill_tokens)
         t = 0.0
         left = total
@@ -334,7 +344,7 @@ class EngineCost:
                 else:
                     xs = min(p_, int(c.ratio * c.cap))
                     flops += mult * c.flops * ((xs * (xs + 1) / 2.0) / c.ratio + (p_ - xs) * c.cap)
-        return t + flops / self.peak_attn
+        return t + flops / self.peak_attn + host
 
     def step_breakdown(self, batch: int, ctx: float) -> dict[str, float]:
         """One decode step of `batch` requests all at context `ctx`, by part (seconds)."""
@@ -346,7 +356,7 @@ class EngineCost:
             "kv_attention_s": batch * self.attn_time(ctx),
             "comm_s": self.comm_s(batch),
             "kernel_floor_s": self.floor_s(),
-            "host_s": self.params.decode_host_overhead_s,
+            "host_s": self.params.decode_host_overhead_s + batch * self.request_host_s,
             "experts_hit_per_layer": self.experts_hit(batch),
         }
         out["total_s"] = sum(v for k, v in out.items() if k.endswith("_s"))

@@ -53,6 +53,7 @@ Shared pieces: collectives from `perfmodel.cost.comm` (Megatron group placement)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -165,8 +166,16 @@ class WeightUpdateResult:
 # Helpers
 
 
+# HF tensors a decoder layer hands to the engine's weight loader: the attention projections (q, k, v, o; MLA's
+# q_a/q_b/kv_a/kv_b/o count alike) and two norms; a dense MLP's gate, up and down, or a router plus three per
+# routed and shared expert (HF checkpoint naming: model.layers.N.mlp.experts.E.{gate,up,down}_proj).
+ATTENTION_TENSORS, NORM_TENSORS, MLP_TENSORS = 4, 2, 3
+MODEL_END_TENSORS = 3  # embedding, final norm, LM head
+
+
 @dataclass(frozen=True, slots=True)
 class _Params:
+    tensors: int  # HF tensors sent per update (what a per-tensor loader cost multiplies)
     total: float
     quantizable: float  # linear weights the FP8 rollout stores in FP8
     stage_dense: tuple[float, ...]  # non-expert parameters per pipeline rank
@@ -179,6 +188,7 @@ def _params(scn: Scenario) -> _Params:
     dense = [0.0] * pp
     expert = [0.0] * pp
     quant = 0.0
+    tensors = MODEL_END_TENSORS
     i = 0
     for v, n in enumerate(scn.stage_layers):  # virtual stage v runs on pipeline rank v % pp, in model order
         for layer in m.layers[i:i + n]:
@@ -188,12 +198,14 @@ def _params(scn: Scenario) -> _Params:
             q += e + (f.num_shared_experts * f.mlp_params(f.shared_intermediate_size) if f.kind == "moe"
                       else f.params_total())
             quant += q
+            tensors += ATTENTION_TENSORS + NORM_TENSORS + (
+                MLP_TENSORS * (f.num_experts + f.num_shared_experts) + 1 if f.kind == "moe" else MLP_TENSORS)
             expert[v % pp] += e
             dense[v % pp] += layer.params_total() - e
         i += n
     dense[0] += m.embedding_params()
     dense[-1] += m.lm_head_params() + m.final_params
-    return _Params(float(m.total_params()), quant, tuple(dense), tuple(expert))
+    return _Params(tensors, float(m.total_params()), quant, tuple(dense), tuple(expert))
 
 
 def _hbm(hw: HardwareProfile) -> float:
@@ -253,9 +265,24 @@ def _risks(bucket_mb: float, every_gpu_gets_all: bool) -> list[str]:
     return risks
 
 
+FIXED_CALLS_S = PAUSE_FLUSH_S + POST_PROCESS_FIXED_S + RESUME_S
+
+
+def weight_update_params_for(scn: Scenario) -> WeightUpdateParams:
+    """The fixed costs a scenario's stack states: its fixed calls (`weight_update_fixed_s`, split over pause + flush,
+    post-process and resume in the ratio of the assumptions above), and no sleep / wake without a memory saver."""
+    st = scn.stack
+    f = st.weight_update_fixed_s / FIXED_CALLS_S
+    wp = WeightUpdateParams(pause_flush_s=PAUSE_FLUSH_S * f, post_process_fixed_s=POST_PROCESS_FIXED_S * f,
+                            resume_s=RESUME_S * f)
+    if not st.memory_saver:
+        wp = dataclasses.replace(wp, trainer_sleep_fixed_s=0.0, engine_wake_s=0.0, engine_sleep_s=0.0)
+    return wp
+
+
 def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) -> WeightUpdateResult:
     """Time of one trainer -> engines weight update, by part (see the module docstring)."""
-    wp = params or WeightUpdateParams()
+    wp = params or weight_update_params_for(scn)
     rl = scn.run.rl
     if rl is None:
         raise InputError("", "rl", "weight_update_time needs an rl: section (kind: rl)")
@@ -277,7 +304,7 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) 
     parts: dict[str, float] = {}
     after: dict[str, float] = {}
     offload_bytes = 0.0
-    if colocated:
+    if colocated and scn.stack.memory_saver:
         tm = training_memory(scn)  # worst pipeline rank: BF16 weights + GPU-resident optimizer state
         offload_bytes = tm.weights_bytes + tm.optimizer_bytes
         host = hw.host_link_bytes_per_s * hw.host_link_efficiency
@@ -307,6 +334,7 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) 
     if wp.scale_pipeline_by_link:
         pipe_rate *= link_bw / GB300_REFERENCE_LINK_BYTES_PER_S
     parts["bucket_fixed_s"] = n_buckets * wp.per_bucket_s
+    parts["tensors_s"] = p.tensors * scn.stack.weight_update_tensor_s
     parts["pipeline_s"] = bf16 / pipe_rate
     parts["link_s"] = link
 

@@ -225,25 +225,46 @@ def chunk_cost(scn: Scenario, virtual_stage: int, tokens: int, seq_len: int,
 
 def _layer_times(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, GroupPlacement], imbalance: float,
                  moe: MoEAssumptions, memo: Memo) -> tuple[_Times, float]:
-    """Times and model FLOPs of one decoder layer, memoized by its shape (not its index): the stages of a
-    model repeat a handful of layer kinds, so a sweep prices each kind once per shard."""
+    """Times and model FLOPs of one decoder layer on this scenario's stack. The kernels' times are memoized by
+    the layer's shape (not its index) and not by the stack: the stages of a model repeat a handful of layer kinds,
+    so a sweep prices each kind once per shard, and a calibration trying stack knobs reprices none."""
     m = scn.model
     key = (_hw_key(scn.hardware, memo), _model_key(m), dataclasses.replace(layer, index=0), s,
            imbalance, moe, tuple(sorted((k, v.size, v.gpus_per_node_in_group) for k, v in places.items())))
-    return memo.get("layer_times", key, lambda: _price_layer(scn, layer, s, places, imbalance, moe))
+    t, flops = memo.get("layer_times", key, lambda: _price_layer(scn, layer, s, places, imbalance))
+    return _on_stack(scn, t, layer.ffn.kind == "moe", moe), flops
 
 
-def _price_layer(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, GroupPlacement], imbalance: float,
-                 moe: MoEAssumptions) -> tuple[_Times, float]:
+def _price_layer(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, GroupPlacement],
+                 imbalance: float) -> tuple[_Times, float]:
     w = layer_work(scn.model, layer, s, imbalance)
-    t = time_work(scn.hardware, w, places)
-    # Host floor (MoEAssumptions): a pass takes at least the host's time to issue the layer's ops.
-    moe_layer = layer.ffn.kind == "moe"
-    host_fwd = moe.layer_host_fwd_s if moe_layer else moe.dense_host_fwd_s
-    host_bwd = moe.layer_host_bwd_s if moe_layer else moe.dense_host_bwd_s
-    t.fwd += max(0.0, host_fwd - t.fwd - sum(t.fwd_comm.values()))
-    t.bwd_in += max(0.0, host_bwd - t.bwd_in - t.bwd_w - sum(t.bwd_comm.values()))
-    return t, w.model_flops_fwd
+    return time_work(scn.hardware, w, places), w.model_flops_fwd
+
+
+def _scaled(t: _Times, scale: float) -> _Times:
+    """Compute times x the stack's multiplier (communication is the network's, not the stack's)."""
+    return _Times(t.fwd * scale, t.bwd_in * scale, t.bwd_w * scale, t.core_fwd * scale, dict(t.fwd_comm),
+                  dict(t.bwd_comm))
+
+
+def _on_stack(scn: Scenario, raw: _Times, moe_layer: bool, moe: MoEAssumptions) -> _Times:
+    """A layer's kernel times as this stack runs them: compute x `train_compute_scale`, plus the host's time to
+    issue the layer's ops (op counts x per-op times measured for eager megatron-core, MoEAssumptions, x the
+    stack's `host_op_time_scale`; none for a dense layer replayed as a CUDA graph). A GPU's host runs ahead, so
+    its time is a floor per pass; a CPU runs both on the same cores, so it adds."""
+    st = scn.stack
+    t = _scaled(raw, st.train_compute_scale)
+    host_fwd = (moe.layer_host_fwd_s if moe_layer else moe.dense_host_fwd_s) * st.host_op_time_scale
+    host_bwd = (moe.layer_host_bwd_s if moe_layer else moe.dense_host_bwd_s) * st.host_op_time_scale
+    if st.cuda_graphs and not moe_layer:  # MoE layers sync with the host (token counts): not captured
+        host_fwd = host_bwd = 0.0
+    if st.host_device_overlap:
+        t.fwd += max(0.0, host_fwd - t.fwd - sum(t.fwd_comm.values()))
+        t.bwd_in += max(0.0, host_bwd - t.bwd_in - t.bwd_w - sum(t.bwd_comm.values()))
+    else:
+        t.fwd += host_fwd
+        t.bwd_in += host_bwd
+    return t
 
 
 def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last: bool, tokens: float,
@@ -273,29 +294,28 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
             recompute_s += t.core_fwd
             replay["cp"] += t.fwd_comm["cp"]
 
+    scale = scn.stack.train_compute_scale
     if first:
         w = embedding_work(m, s)
-        total.add(time_work(hw, w, places))
+        total.add(_scaled(time_work(hw, w, places), scale))
     for layer in layers:
         add_layer(layer)
     if last:
         w = head_work(m, s)
-        total.add(time_work(hw, w, places))
+        total.add(_scaled(time_work(hw, w, places), scale))
         model_flops_fwd += w.model_flops_fwd
         for layer in m.mtp_layers:
             w = mtp_work(m, layer, s, imbalance(layer))
-            total.add(time_work(hw, w, places))
+            total.add(_scaled(time_work(hw, w, places), scale))
             model_flops_fwd += w.model_flops_fwd
     bwd_comm = {k: total.bwd_comm[k] + replay[k] for k in COMM_KINDS}
     keep = {k for k in COMM_KINDS if k != "etp" or s.etp > 1}
     p2p = 0.0 if last else s.t_sp * m.hidden_size * max(1, m.hc_mult) * ACT_BYTES
-    # 1.0 each unless a calibration (hardware overlay) or the stack profile says otherwise
-    scale = hw.train_software_scale * scn.stack.train_compute_scale
     return ChunkCost(
-        fwd_compute_s=total.fwd * scale,
-        bwd_input_s=total.bwd_in * scale,
-        bwd_weight_s=total.bwd_w * scale,
-        recompute_s=recompute_s * scale,
+        fwd_compute_s=total.fwd,
+        bwd_input_s=total.bwd_in,
+        bwd_weight_s=total.bwd_w,
+        recompute_s=recompute_s,
         fwd_comm_s={k: v for k, v in total.fwd_comm.items() if k in keep},
         bwd_comm_s={k: v for k, v in bwd_comm.items() if k in keep},
         model_flops=3.0 * model_flops_fwd,
@@ -356,15 +376,17 @@ def optimizer_params_per_gpu(scn: Scenario, stage: int) -> float:
 
 def optimizer_step_s(scn: Scenario, stage: int) -> float:
     """Adam over the local shard: HBM-bound at optimizer_hbm_efficiency; the offloaded fraction runs on the
-    host at the measured CPU rate (shared by the node's GPUs), overlapped with its host-link copies."""
+    host at the measured CPU rate (shared by the node's GPUs), overlapped with its host-link copies; plus the
+    stack's host time per step (`optimizer_host_s`)."""
     hw = scn.hardware
+    fixed = scn.stack.optimizer_host_s
     n = optimizer_params_per_gpu(scn, stage)
     f = scn.train.optimizer_offload_fraction
     gpu = (1 - f) * n * ADAM_BYTES_PER_PARAM / (hw.hbm_bandwidth_bytes_per_s * hw.optimizer_hbm_efficiency)
     if f <= 0:
-        return gpu
+        return gpu + fixed
     host_rate = HOST_ADAM_PARAMS_PER_S_PER_NODE / max(1, hw.gpus_per_node)
     host = f * n / host_rate
     copies = f * n * OFFLOAD_COPY_BYTES_PER_PARAM / (hw.host_link_bytes_per_s * hw.host_link_efficiency)
-    return gpu + max(host, copies)
+    return gpu + max(host, copies) + fixed
 
