@@ -91,9 +91,12 @@ def gemm_time_s(
     batch: int = 1,
     *,
     out_bytes_per_element: float = 2.0,
+    quantize: bool = True,
 ) -> float:
     """Roofline time of `batch` same-shape GEMMs [m, k] @ [k, n] (a grouped GEMM when batch > 1):
     max(FLOPs / (peak(dtype) x curve.efficiency(FLOPs of one GEMM)), bytes / (hbm_bw x hbm_efficiency)).
+    A low-precision GEMM adds the cast of its A operand (`quantize_hbm_bytes`) unless `quantize` is False: training
+    prices its FP8 casts per recipe as kernels of the layer's Work (`cost/train/layers.py::fp8_cast_work`).
 
     The efficiency is that of one GEMM of the group: grouped MoE GEMMs with few rows per expert run well
     below the large-GEMM rate (tile and wave quantisation), which the curve's fall-off stands in for.
@@ -104,7 +107,7 @@ def gemm_time_s(
     compute = one * batch / gemm_rate(hw, dtype, one)
     nbytes = gemm_hbm_bytes(m, n, k, dtype, batch, out_bytes_per_element)
     t = max(compute, memory_bound_time_s(hw, nbytes))
-    if dtype in LOW_PRECISION:  # the cast of A is its own kernel before the GEMM: it cannot hide under it
+    if quantize and dtype in LOW_PRECISION:  # the cast of A is its own kernel before the GEMM: it cannot hide under it
         t += memory_bound_time_s(hw, quantize_hbm_bytes(m, k, dtype, batch), kernels=1)
     return t
 

@@ -26,6 +26,12 @@ profile lists only what differs from `stacks/default.yaml`, which lists every kn
 - `memory_saver`, `weight_update_fixed_s`, `weight_update_tensor_s`: colocated runs park the trainer and wake the
   engines around the weight update (torch_memory_saver), the fixed calls of an update (pause + flush, post-process,
   resume), and the engine's weight-loader time per HF tensor sent.
+- `fsdp_reshard_after_forward`: FSDP / ZeRO-3 frees the gathered parameters after each forward (and gathers them
+  again for the backward) or keeps them to the backward; null is torchtitan's default policy (keep them under
+  pipeline parallelism, where they also stay gathered across micro-batches). `cost/train/stage.py` counts the
+  gathers per step and how much of each the prefetch hides.
+- `fp8_recipe`: delayed, tensorwise (current scaling), blockwise or mxfp8: the quantization passes (HBM bytes and
+  kernels) each recipe adds per FP8 GEMM input, forward and backward (`cost/train/layers.py::fp8_cast_work`).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from perfmodel.errors import InputError
 from perfmodel.inputs.loading import parse, read_mapping
 
 AttentionKernel = Literal["flash", "materialized"]
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 
 
 def stacks_dir() -> Path:
@@ -58,7 +65,7 @@ class StackOptions(BaseModel):
     attention_kernel: AttentionKernel | None = None
     torch_compile: bool | None = None
     cuda_graphs: bool | None = None
-    fp8_recipe: Literal["delayed", "tensorwise", "blockwise", "mxfp8"] | None = None
+    fp8_recipe: Fp8Recipe | None = None
     fsdp_reshard_after_forward: bool | None = None
 
 
@@ -88,7 +95,7 @@ NUMERIC_KNOBS = ("train_compute_scale", "host_op_time_scale", "optimizer_host_s"
                  "rollout_decode_host_s", "rollout_request_host_s", "rollout_prefill_host_s", "weight_update_fixed_s",
                  "weight_update_tensor_s")
 KNOBS = ("attention_kernel", "host_device_overlap", "cuda_graphs", "pack_sequences", "memory_saver",
-         *NUMERIC_KNOBS)
+         "fsdp_reshard_after_forward", "fp8_recipe", *NUMERIC_KNOBS)
 
 
 class Stack(BaseModel):
@@ -112,6 +119,8 @@ class Stack(BaseModel):
     memory_saver: bool = True
     weight_update_fixed_s: float = Field(0.8, ge=0)
     weight_update_tensor_s: float = Field(0.0, ge=0)
+    fsdp_reshard_after_forward: bool | None = True  # None: torchtitan's policy, True unless pipeline parallel
+    fp8_recipe: Fp8Recipe = "delayed"
     ignored_options: tuple[str, ...] = ()  # stack_options the cost model does not price yet
     notes: tuple[str, ...] = ()
     sources: dict[str, str] = Field(default_factory=dict)

@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from perfmodel.cost.train.stage import ChunkCost, chunk_cost, dp_grad_sync_s, optimizer_step_s, p2p_time_s
+from perfmodel.cost.train.stage import (
+    ChunkCost,
+    chunk_cost,
+    dp_grad_sync_s,
+    optimizer_step_s,
+    p2p_time_s,
+    param_gather_exposed_s,
+)
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.memo import Memo
 from perfmodel.results import EP_COMM
@@ -133,11 +140,15 @@ def default_microbatches(scn: Scenario) -> list[tuple[int, int]]:
 def _rank_tail(scn: Scenario, schedule: Schedule, op_times: Callable[[int, int], OpTimes], rank: int,
                microbatches: int) -> dict[str, float]:
     """What follows a rank's pipeline work: the DP gradient sync (overlapping its last backward), the parameter
-    all-gather (overlapping its first forward) and the optimizer step."""
-    grad_s, gather_s = dp_grad_sync_s(scn, rank)
-    last_bwd = sum(op_times(schedule.virtual_stage(rank, c), microbatches - 1).b_s for c in range(schedule.chunks))
-    first_fwd = sum(op_times(schedule.virtual_stage(rank, c), 0).f_s for c in range(schedule.chunks))
-    return {"comm:dp_grad": max(0.0, grad_s - last_bwd), "comm:dp_param_gather": max(0.0, gather_s - first_fwd),
+    all-gathers (under its first forward, or FSDP's under each pass: `param_gather_exposed_s`) and the optimizer
+    step."""
+    grad_s, _ = dp_grad_sync_s(scn, rank)
+    fwd = [sum(op_times(schedule.virtual_stage(rank, c), mb).f_s for c in range(schedule.chunks))
+           for mb in range(microbatches)]
+    bwd = [sum(op_times(schedule.virtual_stage(rank, c), mb).b_s for c in range(schedule.chunks))
+           for mb in range(microbatches)]
+    return {"comm:dp_grad": max(0.0, grad_s - bwd[-1]),
+            "comm:dp_param_gather": param_gather_exposed_s(scn, rank, fwd, bwd),
             "optimizer": optimizer_step_s(scn, rank)}
 
 

@@ -30,7 +30,7 @@ Conventions (documented once here):
 
 from __future__ import annotations
 
-from perfmodel.cost.dtypes import dtype_bytes
+from perfmodel.cost.dtypes import FP8_BLOCK, FP32, dtype_bytes
 from perfmodel.cost.train.attention import attention_work, mean_keys_per_query
 from perfmodel.cost.train.flops import head_model_flops_fwd, layer_model_flops_fwd, model_flops_per_token
 from perfmodel.cost.train.work import (
@@ -51,8 +51,56 @@ from perfmodel.inputs.model import FFNSpec, LayerSpec, ModelSpec
 
 __all__ = [
     "CommOp", "Gemm", "Kernel", "Shard", "Work", "attention_work", "embedding_work", "ffn_work", "forward_work",
-    "hc_work", "head_work", "layer_work", "mean_keys_per_query", "model_flops_per_token", "mtp_work",
+    "fp8_cast_work", "hc_work", "head_work", "layer_work", "mean_keys_per_query", "model_flops_per_token", "mtp_work",
 ]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# FP8 quantization of GEMM inputs, per recipe
+#
+# Each FP8 linear quantizes two BF16 tensors per micro-batch: its input X [m, k] (forward) and its output gradient
+# dY [m, n] (backward); the weights are cast once per optimizer step and cached across micro-batches (TE's
+# is_first_microbatch), so they are not priced per micro-batch. Each tensor is needed twice: rowwise (X for fprop,
+# dY for dgrad) and columnwise (both for wgrad); TransformerEngine writes both copies in one kernel from one read of
+# the BF16 tensor ("Performance considerations", Table 2 and quantization fusion scenario 1,
+# https://nvidia.github.io/TransformerEngine/features/low_precision_training/performance_considerations/performance_considerations.html).
+# Assumption: the columnwise copy is written as its own FP8 tensor (a physical transpose on Hopper; per-block
+# recipes need their own columnwise scales on every GPU), so a cast reads 2 B and writes 2 x 1 B per element plus
+# the recipe's scales:
+# - delayed: the scale comes from the amax history; the amax of this tensor is taken inside the cast: one pass.
+# - tensorwise (current scaling): "FP8 Current Scaling requires two tensor reads per quantization: one to compute
+#   amax, one to cast" (TE FP8 Delayed Scaling page,
+#   https://nvidia.github.io/TransformerEngine/features/low_precision_training/fp8_delayed_scaling/fp8_delayed_scaling.html):
+#   an amax kernel reading 2 B, then the cast.
+# - blockwise: one FP32 scale per 1 x 128 block of activations and gradients (TE FP8 Blockwise Scaling page, after
+#   DeepSeek-V3), rowwise and columnwise: + 2 x 4/128 B.
+# - mxfp8: one E8M0 (1 B) scale per 32 consecutive elements, rowwise and columnwise (TE MXFP8 page,
+#   https://nvidia.github.io/TransformerEngine/features/low_precision_training/mxfp8/mxfp8.html): + 2 x 1/32 B.
+# Not priced: the once-per-step amax-history update of delayed scaling and the amax all-reduce of current scaling
+# over the TP group (latency-bound, small); TE's LayerNormLinear fusing the norm with the rowwise cast.
+MXFP8_BLOCK = 32
+_FP8_ROW_COL = 2 * dtype_bytes("fp8")  # rowwise + columnwise FP8 copies written
+FP8_CAST_BYTES_PER_ELEMENT: dict[str, float] = {
+    "delayed": ACT_BYTES + _FP8_ROW_COL,
+    "tensorwise": 2 * ACT_BYTES + _FP8_ROW_COL,
+    "blockwise": ACT_BYTES + _FP8_ROW_COL + 2 * FP32 / FP8_BLOCK,
+    "mxfp8": ACT_BYTES + _FP8_ROW_COL + 2 * 1 / MXFP8_BLOCK,
+}
+FP8_CAST_KERNELS: dict[str, int] = {"delayed": 1, "tensorwise": 2, "blockwise": 1, "mxfp8": 1}
+
+
+def fp8_cast_work(w: Work, s: Shard) -> Work:
+    """The quantization kernels of the FP8 GEMMs of `w` (weight GEMMs; attention-core GEMMs stay BF16): per GEMM a
+    memory-bound kernel that casts X [m, k] forward and dY [m, n] backward with the recipe's bytes per element and
+    kernel launches (FP8_CAST_*)."""
+    b = Builder()
+    per_el, launches = FP8_CAST_BYTES_PER_ELEMENT[s.fp8_recipe], FP8_CAST_KERNELS[s.fp8_recipe]
+    for g in w.gemms:
+        if g.dtype != "fp8" or g.core_attention:
+            continue
+        b.mem(f"fp8_cast_{g.name}", g.m * g.k * g.batch * per_el, kernels=launches,
+              bwd_bytes=g.m * g.n * g.batch * per_el)
+    return b.build()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -152,6 +200,7 @@ def layer_work(model: ModelSpec, layer: LayerSpec, s: Shard, imbalance: float = 
     """Forward work of one decoder layer (or MTP layer body) on one GPU for one micro-batch."""
     w = hc_work(model, s) + _norms_residuals(model, s) + attention_work(layer.attention, s)
     w = w + ffn_work(layer.ffn, s, imbalance)
+    w = w + fp8_cast_work(w, s)
     mf = layer_model_flops_fwd(model, layer, s.seq_len, mtp=mtp) * s.tokens / (s.tp * s.cp)
     return Work(w.gemms, w.kernels, w.comms, mf)
 
@@ -205,7 +254,8 @@ def mtp_work(model: ModelSpec, layer: LayerSpec, s: Shard, imbalance: float = 1.
     h = model.hidden_size
     b.mem("mtp_norms", 2 * s.t_sp * h * ACT_BYTES * 2, kernels=2)
     b.gemm("mtp_eh_proj", s.t_sp, h, 2 * h, dtype=s.precision)
-    pre = embedding_work(model, s) + b.build()
+    proj = b.build()
+    pre = embedding_work(model, s) + proj + fp8_cast_work(proj, s)
     body = layer_work(model, layer, s, imbalance, mtp=True)
     head = head_work(model, s)
     return pre + body + head

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from perfmodel.cost.comm import (
     GroupPlacement,
@@ -112,16 +112,18 @@ def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement]) -
     t = _Times()
     dgrad_s = 0.0
     for g in w.gemms:
-        f = gemm_time_s(hw, g.m, g.n, g.k, g.dtype, g.batch)
+        # FP8 casts are kernels of the Work (layers.py fp8_cast_work), not part of the GEMM's time
+        f = gemm_time_s(hw, g.m, g.n, g.k, g.dtype, g.batch, quantize=False)
         t.fwd += f
-        dx = gemm_time_s(hw, g.m, g.k, g.n, g.dtype, g.batch)  # dX = dY W^T
+        dx = gemm_time_s(hw, g.m, g.k, g.n, g.dtype, g.batch, quantize=False)  # dX = dY W^T
         t.bwd_in += dx
         if g.core_attention:  # activation x activation (scores, PV): the second gradient is an input gradient too
-            t.bwd_in += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch)
+            t.bwd_in += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch, quantize=False)
             t.core_fwd += f
         else:
             dgrad_s += dx
-            t.bwd_w += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch, out_bytes_per_element=WGRAD_OUT_BYTES)
+            t.bwd_w += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch, out_bytes_per_element=WGRAD_OUT_BYTES,
+                                   quantize=False)
     attn_fwd = attn_bwd = 0.0
     for k in w.kernels:
         f, b = _kernel_time(hw, k, False), _kernel_time(hw, k, True)
@@ -170,7 +172,8 @@ def chunk_layers(scn: Scenario, virtual_stage: int) -> tuple[LayerSpec, ...]:
 def shard_of(scn: Scenario, tokens: float, seq_len: int) -> Shard:
     lay, t = scn.layout, scn.train
     return Shard(tokens, seq_len, lay.tp, lay.cp, lay.ep, lay.etp, t.sequence_parallel and lay.tp > 1, t.precision,
-                 t.moe_dispatcher == "deepep", scn.stack.attention_kernel)
+                 t.moe_dispatcher == "deepep", scn.stack.attention_kernel,
+                 scn.stack.fp8_recipe)
 
 
 def _places(scn: Scenario) -> dict[str, GroupPlacement]:
@@ -345,25 +348,84 @@ def _bucketed(hw: HardwareProfile, op: str, params: float, bytes_per_param: floa
     return n * collective_s(hw, op, params * bytes_per_param / n, g)  # type: ignore[arg-type]
 
 
+GatherMode = Literal["step", "forward", "forward_backward"]
+
+
+def param_gather_mode(scn: Scenario) -> GatherMode:
+    """When a GPU all-gathers its stage's parameters. "step": once per step (the distributed optimizer after its
+    update; FSDP that keeps them gathered across micro-batches). "forward": before each micro-batch's forward,
+    kept through its backward, resharded after it. "forward_backward": before each forward and again before each
+    backward (ZeRO-3).
+
+    FSDP follows the stack's `fsdp_reshard_after_forward` (None: torchtitan's default policy, True unless pipeline
+    parallel). Resharding after the forward gathers again for the backward (FSDP2 fully_shard docs). Without it, under
+    pipeline parallelism torch.distributed.pipelining keeps the parameters gathered until the last micro-batch's
+    backward (stage.py: set_reshard_after_backward(last_backward)): once per step, the Llama 3 / torchtitan setting;
+    without pipeline parallelism FSDP2 reshards after every backward (reshard_after_backward defaults to True), so
+    each micro-batch's forward gathers them again."""
+    t = scn.train
+    if not t.fsdp:
+        return "step"
+    pp = scn.layout.pp > 1
+    reshard = scn.stack.fsdp_reshard_after_forward
+    if reshard is None:
+        reshard = not pp
+    if reshard:
+        return "forward_backward"
+    return "step" if pp else "forward"
+
+
+def _param_gather_once_s(scn: Scenario, stage: int) -> float:
+    """One all-gather of this stage's BF16 parameters (dense over dp x cp, experts over expert_dp), in buckets."""
+    t = scn.train
+    if not (t.distributed_optimizer or t.fsdp):
+        return 0.0
+    hw, p = scn.hardware, stage_params(scn, stage)
+    gather = _bucketed(hw, "all_gather", p.dense, PARAM_GATHER_BYTES, group_placement(scn, "dp_cp"))
+    return gather + _bucketed(hw, "all_gather", p.expert, PARAM_GATHER_BYTES, group_placement(scn, "expert_dp"))
+
+
 def dp_grad_sync_s(scn: Scenario, stage: int) -> tuple[float, float]:
     """(grad_sync_s, param_gather_s) per optimizer step for one GPU of pipeline stage `stage`: dense
     gradients reduced over dp x cp, expert gradients over expert_dp, in FP32 buckets; reduce-scatter with the
-    distributed optimizer or FSDP, else all-reduce. Param gather: one all-gather of BF16 parameters per step
-    for the distributed optimizer; FSDP gathers for the forward and again for the backward of every
-    micro-batch (2 x num_microbatches; ZeRO-3 style, no parameter caching across micro-batches)."""
+    distributed optimizer or FSDP, else all-reduce. Param gather: the time of every all-gather of the stage's BF16
+    parameters in a step, `param_gather_mode` times the fixed micro-batches (one per step for the distributed
+    optimizer; FSDP per `param_gather_mode`). What of it is exposed: `param_gather_exposed_s`."""
     hw, t = scn.hardware, scn.train
     p = stage_params(scn, stage)
     dense_g, expert_g = group_placement(scn, "dp_cp"), group_placement(scn, "expert_dp")
     sharded = t.distributed_optimizer or t.fsdp
     op = "reduce_scatter" if sharded else "all_reduce"
     grad = _bucketed(hw, op, p.dense, GRAD_BYTES, dense_g) + _bucketed(hw, op, p.expert, GRAD_BYTES, expert_g)
-    gather = 0.0
-    if sharded:
-        gather = _bucketed(hw, "all_gather", p.dense, PARAM_GATHER_BYTES, dense_g)
-        gather += _bucketed(hw, "all_gather", p.expert, PARAM_GATHER_BYTES, expert_g)
-        if t.fsdp:
-            gather *= 2 * scn.num_microbatches
-    return grad, gather
+    passes = {"step": 1, "forward": scn.num_microbatches, "forward_backward": 2 * scn.num_microbatches}
+    return grad, _param_gather_once_s(scn, stage) * passes[param_gather_mode(scn)]
+
+
+def fsdp_units(scn: Scenario) -> int:
+    """FSDP units on one GPU: one per decoder layer of its pipeline stage (the mean over stages), plus the root
+    (embedding, final norm and head): torchtitan's apply_fsdp calls fully_shard on every transformer block and
+    then on the whole model (torchtitan/models/llama3/infra/parallelize.py)."""
+    return 1 + max(1, round(len(scn.model.layers) / max(1, scn.layout.pp)))
+
+
+def param_gather_exposed_s(scn: Scenario, stage: int, fwd_s: list[float], bwd_s: list[float]) -> float:
+    """Exposed time of a step's parameter all-gathers on a GPU of pipeline stage `stage`, given the compute time of
+    each micro-batch's forward (`fwd_s`) and backward (`bwd_s`) on it. Once per step: it runs under the first
+    forward (Megatron --overlap-param-gather; FSDP's first gather of the step likewise), only its excess shows.
+    Per pass (FSDP): the gathers are issued layer by layer on their own stream, so the next unit's all-gather runs
+    under the current unit's compute; only the pass's first unit has nothing to hide under (PyTorch FSDP notes,
+    "FSDP Prefetch Nuances": "The 1st all-gather will not be able to overlap with anything",
+    https://docs.pytorch.org/docs/stable/notes/fsdp.html; FSDP2 prefetches the next backward all-gather by default).
+    Each pass exposes max(one unit's gather, the gather beyond the pass's compute)."""
+    once = _param_gather_once_s(scn, stage)
+    if once <= 0 or not fwd_s:
+        return 0.0
+    mode = param_gather_mode(scn)
+    if mode == "step":
+        return max(0.0, once - fwd_s[0])
+    first = once / fsdp_units(scn)
+    passes = list(fwd_s) + (list(bwd_s) if mode == "forward_backward" else [])
+    return sum(max(first, once - c) for c in passes)
 
 
 def optimizer_params_per_gpu(scn: Scenario, stage: int) -> float:

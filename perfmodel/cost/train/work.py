@@ -41,6 +41,7 @@ class Shard:
     precision: str = "bf16"  # GEMM dtype of the transformer-layer linears
     dedup_dispatch: bool = False  # DeepEP-style MoE dispatch: one copy per destination GPU / node
     attention_kernel: str = "flash"  # "flash" (fused) or "materialized" (scores and softmax through HBM)
+    fp8_recipe: str = "delayed"  # how FP8 GEMM inputs are quantized (layers.py fp8_cast_work); unused in BF16
 
     @property
     def t_cp(self) -> float:

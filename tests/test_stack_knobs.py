@@ -1,0 +1,163 @@
+"""The first-principles training knobs of a stack, each checked against hand arithmetic: the FP8 recipe's
+quantization bytes and kernels per GEMM input (forward X, backward dY), and FSDP's parameter all-gathers per step
+(with and without pipeline parallelism, resharding after the forward or not) and what prefetch hides of them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from perfmodel.cost.compute import gemm_time_s, memory_bound_time_s
+from perfmodel.cost.train.layers import Gemm, Shard, Work, fp8_cast_work, layer_work
+from perfmodel.cost.train.stage import (
+    _param_gather_once_s,
+    chunk_cost,
+    dp_grad_sync_s,
+    fsdp_units,
+    param_gather_exposed_s,
+    param_gather_mode,
+    time_work,
+)
+from perfmodel.inputs.case import load_case
+from perfmodel.inputs.model import load_model
+from perfmodel.inputs.scenario import Scenario, build_scenario
+from perfmodel.inputs.stack import KNOBS, NUMERIC_KNOBS, StackOptions, resolve_stack
+from perfmodel.memo import Memo
+from tests.conftest import REPO
+
+FSDP_CASE = REPO / "studies/validation/mbridge-archive/cases/mb26.02-gb200-llama3-70b-fp8-64g-tp1pp1cp1vp1ep1-mbs2.yaml"
+
+# Bytes per element of one cast, by hand: read BF16 (2 B), write rowwise + columnwise FP8 (1 + 1 B), plus the
+# recipe's scales (blockwise: FP32 per 128 elements, each copy; mxfp8: 1 B E8M0 per 32, each copy) and current
+# scaling's amax pass (another 2 B read, another kernel).
+HAND = {"delayed": (4.0, 1), "tensorwise": (6.0, 2), "blockwise": (4.0 + 2 * 4 / 128, 1),
+        "mxfp8": (4.0 + 2 / 32, 1)}
+
+
+@pytest.mark.parametrize("recipe", sorted(HAND))
+def test_fp8_cast_bytes_per_recipe(recipe: str) -> None:
+    m, n, k = 4096, 1024, 512
+    s = Shard(tokens=m, seq_len=m, precision="fp8", fp8_recipe=recipe)
+    w = Work(gemms=(Gemm("fc", m, n, k, dtype="fp8"), Gemm("experts", m / 4, n, k, batch=4, dtype="fp8"),
+                    Gemm("lm_head", m, n, k), Gemm("scores", m, m, 128, core_attention=True, dtype="fp8")))
+    casts = fp8_cast_work(w, s).kernels
+    per_el, launches = HAND[recipe]
+    assert [c.name for c in casts] == ["fp8_cast_fc", "fp8_cast_experts"]  # BF16 and attention-core GEMMs: none
+    for c in casts:
+        assert c.hbm_bytes == pytest.approx(m * k * per_el)  # X [m, k] forward (the grouped GEMM: batch x m/4 rows)
+        assert c.bwd_hbm_bytes == pytest.approx(m * n * per_el)  # dY [m, n] backward
+        assert c.kernels == launches and c.kind == "mem" and not c.bwd_weight
+
+
+def test_layer_work_adds_one_cast_per_fp8_gemm_and_none_in_bf16() -> None:
+    llama = load_model("llama3-8b")
+    layer = llama.layers[0]
+    fp8 = layer_work(llama, layer, Shard(tokens=8192, seq_len=8192, precision="fp8", fp8_recipe="mxfp8"))
+    bf16 = layer_work(llama, layer, Shard(tokens=8192, seq_len=8192))
+    casts = [k for k in fp8.kernels if k.name.startswith("fp8_cast_")]
+    fp8_gemms = [g for g in fp8.gemms if g.dtype == "fp8"]
+    assert len(casts) == len(fp8_gemms) == 4  # qkv, o_proj, fc1, fc2
+    per_el = HAND["mxfp8"][0]
+    assert sum(k.hbm_bytes for k in casts) == pytest.approx(sum(g.m * g.k for g in fp8_gemms) * per_el)
+    assert not [k for k in bf16.kernels if k.name.startswith("fp8_cast_")]
+
+
+def test_fp8_gemm_time_excludes_its_cast_in_training() -> None:
+    """time_work prices an FP8 GEMM without compute.py's own A-operand cast: the recipe's casts are in the Work."""
+    scn = build_scenario(load_case(FSDP_CASE))
+    hw = scn.hardware
+    g = Gemm("fc", 8192, 8192, 8192, dtype="fp8")
+    t = time_work(hw, Work(gemms=(g,)), {})
+    assert t.fwd == pytest.approx(gemm_time_s(hw, g.m, g.n, g.k, "fp8", quantize=False))
+    assert t.fwd < gemm_time_s(hw, g.m, g.n, g.k, "fp8")
+    cast = fp8_cast_work(Work(gemms=(g,)), Shard(tokens=8192, seq_len=8192, precision="fp8",
+                                                 fp8_recipe="tensorwise"))
+    tc = time_work(hw, cast, {})
+    assert tc.fwd == pytest.approx(memory_bound_time_s(hw, 8192 * 8192 * 6.0, 2))
+    assert tc.bwd_in == pytest.approx(memory_bound_time_s(hw, 8192 * 8192 * 6.0, 2))
+
+
+def _with(scn: Scenario, **knobs) -> Scenario:
+    return dataclasses.replace(scn, stack=scn.stack.with_knobs(knobs, "test"))
+
+
+def test_fp8_recipe_reaches_the_memoized_chunk_cost() -> None:
+    """The recipe changes the Work of a layer, so one memo must not hand one recipe's layer times to another."""
+    scn = build_scenario(load_case(FSDP_CASE))
+    memo = Memo()
+    cost = {r: chunk_cost(_with(scn, fp8_recipe=r), 0, 2 * 8192, 8192, memo=memo) for r in HAND}
+    # more HBM bytes and launches per cast: tensorwise > mxfp8 = blockwise-ish > delayed
+    assert cost["tensorwise"].fwd_compute_s > cost["mxfp8"].fwd_compute_s > cost["delayed"].fwd_compute_s
+    assert cost["tensorwise"].bwd_input_s > cost["delayed"].bwd_input_s
+    # the extra time of tensorwise over delayed is exactly its extra amax pass: 2 B per cast element, one launch
+    layers = scn.stage_layers[0]
+    s = Shard(tokens=2 * 8192, seq_len=8192, precision="fp8")
+    w = layer_work(scn.model, scn.model.layers[0], s)
+    elems = sum(g.m * g.k * g.batch for g in w.gemms if g.dtype == "fp8")
+    n_casts = sum(1 for g in w.gemms if g.dtype == "fp8")
+    hbm = scn.hardware.hbm_bandwidth_bytes_per_s * scn.hardware.hbm_efficiency
+    extra = layers * (elems * 2.0 / hbm + n_casts * memory_bound_time_s(scn.hardware, 0, 1))
+    assert cost["tensorwise"].fwd_compute_s - cost["delayed"].fwd_compute_s == pytest.approx(extra, rel=1e-6)
+
+
+def _fsdp(pp: int, reshard: bool | None, fsdp: bool = True) -> Scenario:
+    case = load_case(FSDP_CASE)
+    train = case.train.model_copy(update={"fsdp": fsdp, "layout": case.train.layout.model_copy(update={"pp": pp})})
+    scn = build_scenario(case.model_copy(update={"train": train}))
+    return _with(scn, fsdp_reshard_after_forward=reshard)
+
+
+@pytest.mark.parametrize(("pp", "reshard", "mode", "per_mb"), [
+    (1, True, "forward_backward", 2),  # ZeRO-3: forward and backward of every micro-batch
+    (1, False, "forward", 1),  # kept to the backward, resharded after it (FSDP2 reshard_after_backward)
+    (1, None, "forward_backward", 2),  # torchtitan's default without PP: reshard
+    (4, None, "step", 0),  # torchtitan's default under PP: gathered once per step and stage
+    (4, False, "step", 0),
+    (4, True, "forward_backward", 2),
+])
+def test_fsdp_gathers_per_step(pp: int, reshard: bool | None, mode: str, per_mb: int) -> None:
+    scn = _fsdp(pp, reshard)
+    assert param_gather_mode(scn) == mode
+    once = _param_gather_once_s(scn, 0)
+    assert once > 0
+    gathers = per_mb * scn.num_microbatches if per_mb else 1
+    assert dp_grad_sync_s(scn, 0)[1] == pytest.approx(gathers * once)
+
+
+def test_distributed_optimizer_gathers_once_per_step_whatever_the_knob() -> None:
+    scn = _fsdp(1, True, fsdp=False)
+    assert param_gather_mode(scn) == "step"
+    assert dp_grad_sync_s(scn, 0)[1] == pytest.approx(_param_gather_once_s(scn, 0))
+
+
+def test_fsdp_prefetch_hides_all_but_the_first_unit() -> None:
+    scn = _fsdp(1, True)
+    once = _param_gather_once_s(scn, 0)
+    units = fsdp_units(scn)
+    assert units == 1 + 80  # llama3-70b: 80 blocks + the root
+    # long passes: each exposes only its first unit's gather; 2 micro-batches x (forward + backward)
+    assert param_gather_exposed_s(scn, 0, [10.0, 10.0], [20.0, 20.0]) == pytest.approx(4 * once / units)
+    # passes shorter than the gather: the excess shows
+    short = once / 2
+    assert param_gather_exposed_s(scn, 0, [short, short], [short, short]) == pytest.approx(4 * (once - short))
+    # kept to the backward: forward passes only
+    keep = _fsdp(1, False)
+    assert param_gather_exposed_s(keep, 0, [short, short], [0.0, 0.0]) == pytest.approx(2 * (once - short))
+    # once per step (PP): under the first forward only
+    step = _fsdp(4, None)
+    o4 = _param_gather_once_s(step, 0)
+    assert param_gather_exposed_s(step, 0, [o4 / 4, 0.0], [0.0, 0.0]) == pytest.approx(o4 * 3 / 4)
+
+
+def test_knobs_resolve_from_profiles_and_options() -> None:
+    assert {"fp8_recipe", "fsdp_reshard_after_forward"} <= set(KNOBS)
+    assert not {"fp8_recipe", "fsdp_reshard_after_forward"} & set(NUMERIC_KNOBS)
+    assert resolve_stack("default").fp8_recipe == "delayed"
+    assert resolve_stack("default").fsdp_reshard_after_forward is True
+    assert resolve_stack("megatron-bridge@26.02").fp8_recipe == "tensorwise"
+    tt = resolve_stack("torchtitan@compiled")
+    assert tt.fsdp_reshard_after_forward is None and tt.fp8_recipe == "tensorwise"
+    opt = resolve_stack("megatron-bridge@26.02", StackOptions(fp8_recipe="mxfp8", fsdp_reshard_after_forward=False))
+    assert opt.fp8_recipe == "mxfp8" and opt.fsdp_reshard_after_forward is False
+    assert not opt.ignored_options and "fp8_recipe" in opt.sources
