@@ -1,7 +1,10 @@
 """Measure this machine's CPU for the `cpu-local` hardware profile (the executor's local backend runs here).
 
-Writes benchmarks/results/cpu-local.json: bf16 and fp32 matmul FLOP/s (torch), memory copy bandwidth (numpy),
-core count and memory size. hwprofiles/cpu-local.yaml cites that file.
+Writes benchmarks/results/cpu-local.json: bf16 and fp32 matmul FLOP/s (torch, all cores at n = 2048, and one thread
+at the shapes the executor's tiny models run: tokens of a micro-batch x hidden x FFN width), memory copy bandwidth
+(numpy), the torch build, core count and memory size. hwprofiles/cpu-local.yaml cites that file. Run it with the
+torch the executor runs (the SGLang environment): CPU builds differ (a CUDA build's bf16 CPU matmul takes a slow
+path, 100x below a CPU build's).
 """
 
 from __future__ import annotations
@@ -30,6 +33,39 @@ def _matmul_flops(dtype_name: str, n: int = 2048, reps: int = 5) -> float:
     return 2 * n**3 / best
 
 
+# (tokens, in, out) of the executor's plans: micro-batches of 64 samples x 8-16 tokens through hidden 128, FFN 384
+EXECUTOR_SHAPES = ((512, 128, 384), (704, 128, 128), (1024, 384, 128), (2048, 128, 384))
+
+
+def _one_thread_flops(dtype_name: str, reps: int = 5) -> dict[str, dict[str, float]]:
+    """FLOP/s of one thread (the executor runs one per rank) at each of EXECUTOR_SHAPES, best of `reps`, in the
+    three layouts a linear layer trains with: forward Y = X W^T (F.linear), input gradient dX = dY W, weight
+    gradient dW = dY^T X. A CPU's bf16 path differs between them by up to 8x."""
+    import torch
+    import torch.nn.functional as F
+
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    out: dict[str, dict[str, float]] = {"forward": {}, "dgrad": {}, "wgrad": {}}
+    try:
+        for m, k, n in EXECUTOR_SHAPES:  # X [m, k], W [n, k], dY [m, n]
+            x, w, dy = (torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype),
+                        torch.randn(m, n, dtype=dtype))
+            for layout, fn in (("forward", lambda x=x, w=w: F.linear(x, w)), ("dgrad", lambda dy=dy, w=w: dy @ w),
+                               ("wgrad", lambda dy=dy, x=x: dy.t() @ x)):
+                fn()
+                best = float("inf")
+                for _ in range(reps):
+                    t0 = time.perf_counter()
+                    fn()
+                    best = min(best, time.perf_counter() - t0)
+                out[layout][f"{m}x{k}x{n}"] = 2 * m * k * n / best
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
 def _copy_bandwidth(nbytes: int = 1 << 28, reps: int = 5) -> float:
     src = np.ones(nbytes // 8)
     dst = np.empty_like(src)
@@ -42,11 +78,18 @@ def _copy_bandwidth(nbytes: int = 1 << 28, reps: int = 5) -> float:
 
 
 def main() -> None:
+    import statistics
+
+    import torch
+
     mem_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    bf16_one, fp32_one = _one_thread_flops("bf16"), _one_thread_flops("fp32")
     result = {
         "host": platform.node(), "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-        "memory_bytes": mem_bytes, "bf16_matmul_flops": _matmul_flops("bf16"),
+        "torch": torch.__version__, "memory_bytes": mem_bytes, "bf16_matmul_flops": _matmul_flops("bf16", 1024, 2),
         "fp32_matmul_flops": _matmul_flops("fp32"),
+        "one_thread_bf16_matmul_flops": bf16_one, "one_thread_fp32_matmul_flops": fp32_one,
+        "one_thread_bf16_median": {k: statistics.median(v.values()) for k, v in bf16_one.items()},
         "copy_bytes_per_s": _copy_bandwidth(), "measured_at": time.strftime("%Y-%m-%d"),
     }
     out = Path(__file__).parent / "results" / "cpu-local.json"

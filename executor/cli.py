@@ -114,6 +114,17 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan_of(run: dict) -> Any:
+    """The run's plan as it was launched (None when the file is gone or changed since)."""
+    from executor.records import plan_hash
+    from perfmodel.inputs.plan import load_plan
+
+    path = Path(run["plan_path"])
+    if not path.exists() or plan_hash(path) != run["plan_hash"]:
+        return None
+    return load_plan(path)
+
+
 def _show(args: argparse.Namespace) -> int:
     from executor.records import PHASES
     from perfmodel.results import PHASE_METRICS
@@ -133,14 +144,25 @@ def _show(args: argparse.Namespace) -> int:
     if not steps:
         print("no steps recorded")
         return 0
+    plan = _plan_of(run)
+    if plan is not None and plan.priced_with is not None:  # what the prediction assumed: compare like with like
+        pw = plan.priced_with
+        cal = plan.calibration
+        print(f"predicted with stack {pw.stack} on {pw.hardware}, calibration {cal.name}"
+              + (" (" + ", ".join(f"{k}={v:.4g}" for k, v in cal.params.items()) + ")" if cal.params else ""))
+    band = plan.band if plan is not None else {}
     print(f"\n{len(steps)} steps; per phase: measured median, mean, max vs the plan's prediction"
           " (- : not predicted, or not applicable on this machine)")
-    print(f"{'phase':15} {'median':>10} {'mean':>10} {'max':>10} {'predicted':>12}")
+    print(f"{'phase':15} {'median':>10} {'mean':>10} {'max':>10} {'predicted':>12}"
+          + (f" {'P10-P90':>19}" if band else ""))
     for phase in PHASES:
         vals = [v for v in (s["phases_s"].get(phase) for s in steps) if v is not None]
-        pred = run["predicted"].get(PHASE_METRICS.get(phase, ""), None)
+        metric = PHASE_METRICS.get(phase, "")
+        pred = run["predicted"].get(metric, None)
         med, mean, top = ((statistics.median(vals), statistics.fmean(vals), max(vals)) if vals else (None, None, None))
-        print(f"{phase:15} {_fmt(med):>10} {_fmt(mean):>10} {_fmt(top):>10} {_fmt(pred):>12}")
+        lohi = band.get(metric)
+        print(f"{phase:15} {_fmt(med):>10} {_fmt(mean):>10} {_fmt(top):>10} {_fmt(pred):>12}"
+              + ((f" {_fmt(lohi[0]):>9}-{_fmt(lohi[1]):<9}" if lohi else f" {'-':>19}") if band else ""))
     engine_rss = max((s["peak_rss_bytes"].get("engine", 0) for s in steps), default=0)
     trainer_rss = max((v for s in steps for k, v in s["peak_rss_bytes"].items() if k.startswith("rank")), default=0)
     if trainer_rss or engine_rss:

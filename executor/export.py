@@ -39,6 +39,8 @@ def run_as_case(run: dict[str, Any], steps: list[dict[str, Any]], store_path: st
     data = plan.model_dump(mode="json", by_alias=True, exclude_none=True,
                            include={"kind", "hardware", "stack", "stack_options", "gpus", "model", "train",
                                     "rl"})
+    if data.get("rl"):  # the workload as it ran: mean prompt and response lengths the steps measured
+        _measured_lengths(data["rl"], kept)
     case_id = re.sub(r"[^a-z0-9.\-]+", "-", run["run_id"].lower()).strip("-")
     data |= {"id": case_id, "measured": measured,
              "source": f"executor run {run['run_id']} ({run['backend']} backend, plan {run['plan_id']} sha256 "
@@ -46,6 +48,19 @@ def run_as_case(run: dict[str, Any], steps: list[dict[str, Any]], store_path: st
              "notes": f"host {run['environment'].get('host')}; exported from {store_path}"}
     parse(ValidationCase, data, f"export of {run['run_id']}")  # the contract holds before anything is written
     return data
+
+
+def _measured_lengths(rl: dict[str, Any], kept: list[dict[str, Any]]) -> None:
+    """Set rl.prompt_tokens_mean and rl.response_tokens.mean to the medians over the kept steps: a plan states a
+    response cap, the run measured how long the responses were (a random-init policy writes to the cap)."""
+    samples = rl["prompts_per_step"] * rl["samples_per_prompt"]
+    prompts = [s["tokens"]["prompt"] / samples for s in kept if s.get("tokens", {}).get("prompt")]
+    responses = [s["tokens"]["response"] / samples for s in kept if s.get("tokens", {}).get("response")]
+    if prompts:
+        rl["prompt_tokens_mean"] = round(statistics.median(prompts), 4)
+    if responses:
+        cap = rl["response_tokens"]["max"]
+        rl["response_tokens"] = {"max": cap, "mean": round(min(cap, statistics.median(responses)), 4)}
 
 
 def write_case(data: dict[str, Any], out: str | Path) -> None:

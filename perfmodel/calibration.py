@@ -122,6 +122,22 @@ class Calibration:
             return hw.with_params(self.hardware_params, source=self.path or "calibration")
         return hw
 
+    def uncertainty_only(self) -> Calibration:
+        """This overlay's covariance without its parameters: for bands on a scenario that already has them."""
+        return Calibration(stack=self.stack, hardware=self.hardware, names=self.names,
+                           covariance_log=self.covariance_log, residual_sigma_log=self.residual_sigma_log,
+                           path=self.path)
+
+    def as_stack_options(self, stack_id: str, options: dict[str, Any] | None, source: str) -> dict[str, Any]:
+        """A run's stack_options with this overlay's stack parameters (how a sweep's candidates carry them);
+        refuses a stack the overlay was not fitted for."""
+        if not self.stack_params:
+            return dict(options or {})
+        if stack_id != self.stack:
+            raise InputError(self.path, "stack", f"calibration is for stack {self.stack!r}, {source} is priced with "
+                             f"{stack_id!r}; calibrate that stack or drop --calibration")
+        return {**(options or {}), **self.stack_params}
+
     def sigma_log(self) -> dict[str, float]:
         return {n: math.sqrt(max(0.0, self.covariance_log[i][i])) for i, n in enumerate(self.names)}
 
@@ -253,41 +269,55 @@ def _whitened(problem: _Problem, u: np.ndarray, sigma: float) -> np.ndarray:
     return np.concatenate([problem.log_residuals(u) / sigma, _prior_rows(problem.params, u)])
 
 
-def _solve(problem: _Problem) -> tuple[np.ndarray, np.ndarray]:
+def _solve(problem: _Problem, warm: dict[str, float] | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+    """Two passes: the data weighted as RUN_SIGMA_LOG scatter, then as the scatter that fit left (floored): exact
+    records pull harder against the prior, scattered ones less. Returns (log parameters, Jacobian, sigma)."""
     from scipy.optimize import least_squares
 
     params = problem.params
-    u0 = np.array([math.log(p.start) for p in params])
+    u = np.array([(warm or {}).get(p.key, math.log(p.start)) for p in params])  # warm: the previous fit's values
     lo = np.array([p.lo_log for p in params])
     hi = np.array([p.hi_log for p in params])
-    u0 = np.clip(u0, lo + 1e-9, hi - 1e-9)
-    fit = least_squares(lambda u: _whitened(problem, u, RUN_SIGMA_LOG), u0, bounds=(lo, hi), diff_step=1e-3,
-                        x_scale=1.0, max_nfev=40 * (len(params) + 1))
-    return fit.x, fit.jac
+    u = np.clip(u, lo + 1e-9, hi - 1e-9)
+    sigma = RUN_SIGMA_LOG
+    for _ in range(2):
+        fit = least_squares(lambda x, s=sigma: _whitened(problem, x, s), u, bounds=(lo, hi), diff_step=1e-3,
+                            x_scale=1.0, max_nfev=40 * (len(params) + 1))
+        u = fit.x
+        resid = problem.log_residuals(u)
+        sigma = max(RESIDUAL_SIGMA_FLOOR_LOG, float(np.sqrt(np.mean(resid ** 2))))
+    return u, fit.jac, sigma
 
 
-def _posterior(problem: _Problem, u: np.ndarray, jac: np.ndarray, sigma_resid: float) -> np.ndarray:
+def _posterior(problem: _Problem, jac: np.ndarray, sigma_used: float, sigma_resid: float) -> np.ndarray:
     """Posterior covariance of the log parameters: data rows re-weighted by the spread the fit left."""
     n_data = len(problem.figures())
     j = jac.copy()
-    j[:n_data] *= RUN_SIGMA_LOG / sigma_resid
+    j[:n_data] *= sigma_used / sigma_resid
     info = j.T @ j
     return np.linalg.pinv(info)
 
 
-def _refusals(params: list[Param], cov: np.ndarray, jac: np.ndarray, n_data: int) -> dict[str, str]:
-    out = {}
+def _refusal(params: list[Param], cov: np.ndarray, jac: np.ndarray, n_data: int) -> tuple[str, str] | None:
+    """The least informed parameter the runs leave uninformed, with why; None when every one is informed. One at
+    a time: a parameter that looks uninformed only because it trades off against another uninformed one becomes
+    informed once that one is fixed."""
+    worst: tuple[float, str, str] | None = None
     for i, p in enumerate(params):
         sd = math.sqrt(max(0.0, cov[i, i]))
         if not np.any(np.abs(jac[:n_data, i]) > 1e-9):
-            out[p.key] = "no figure of these runs depends on it"
-        elif p.prior and sd > REFUSE_SHRINK * PRIOR_SIGMA_LOG:
-            out[p.key] = (f"these runs narrow it only to x/{math.exp(sd):.2f} (the prior alone: "
-                          f"x/{math.exp(PRIOR_SIGMA_LOG):.2f}): not informed, kept at its first-principles value")
-        elif not p.prior and sd > FLAT_REFUSE_SIGMA_LOG:
-            out[p.key] = (f"these runs leave it uncertain to x/{math.exp(min(sd, 50.0)):.3g}: not informed, kept at "
-                          "its default")
-    return out
+            badness, why = math.inf, "no figure of these runs depends on it"
+        elif p.prior:
+            badness = sd / (REFUSE_SHRINK * PRIOR_SIGMA_LOG)
+            why = (f"these runs narrow it only to x/{math.exp(sd):.2f} (the prior alone: "
+                   f"x/{math.exp(PRIOR_SIGMA_LOG):.2f}): not informed, kept at its first-principles value")
+        else:
+            badness = sd / FLAT_REFUSE_SIGMA_LOG
+            why = (f"these runs leave it uncertain to x/{math.exp(min(sd, 50.0)):.3g}: not informed, kept at "
+                   "its default")
+        if badness > 1.0 and (worst is None or badness > worst[0]):
+            worst = (badness, p.key, why)
+    return None if worst is None else (worst[1], worst[2])
 
 
 def fit_calibration(cases: list[ValidationCase], stack_names: list[str], hardware_names: list[str] = (),
@@ -330,19 +360,21 @@ def fit_calibration(cases: list[ValidationCase], stack_names: list[str], hardwar
     active = list(params)
     u = start
     cov = np.zeros((0, 0))
-    for _ in range(len(params) + 1):  # refuse, refit without the refused, until none is left to refuse
+    last: dict[str, float] = {}
+    for _ in range(len(params) + 1):  # refuse the least informed, refit without it, until all are informed
         problem.params = active
         if not active:
             break
-        u, jac = _solve(problem)
+        u, jac, used = _solve(problem, last)
+        last = {p.key: float(v) for p, v in zip(active, u)}
         resid = problem.log_residuals(u)
         sigma = max(RESIDUAL_SIGMA_FLOOR_LOG, float(np.sqrt(np.mean(resid ** 2))))
-        cov = _posterior(problem, u, jac, sigma)
-        new = _refusals(active, cov, jac, n_data)
-        if not new:
+        cov = _posterior(problem, jac, used, sigma)
+        worst = _refusal(active, cov, jac, n_data)
+        if worst is None:
             break
-        refused |= new
-        active = [p for p in active if p.key not in new]
+        refused[worst[0]] = worst[1]
+        active = [p for p in active if p.key != worst[0]]
     problem.params = active
     resid = problem.log_residuals(u) if active else problem.log_residuals(np.zeros(0))
     sigma = max(RESIDUAL_SIGMA_FLOOR_LOG, float(np.sqrt(np.mean(resid ** 2))))

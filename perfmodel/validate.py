@@ -41,7 +41,7 @@ def score_case(case: ValidationCase, path: str, calibrations: list[Calibration] 
         res.stack, res.stack_notes = scenario.stack.id, scenario.stack.notes
         predicted = predict_metrics(scenario, memo)
         if band:  # the overlay is already in the scenario: the band only needs its covariance
-            bands = prediction_band(scenario, _uncertainty_only(overlay), memo)
+            bands = prediction_band(scenario, overlay.uncertainty_only() if overlay else None, memo)
     except InputError as err:
         res.failed_reason = str(err)
     except (ArithmeticError, ValueError, KeyError, IndexError, TypeError) as err:
@@ -75,14 +75,6 @@ def _stats(rows: list[dict]) -> dict:
         "mean_abs_rel_error": (sum(errs) / len(errs)) if errs else None,
         "max_abs_rel_error": max(errs) if errs else None,
     }
-
-
-def _uncertainty_only(cal: Calibration | None) -> Calibration | None:
-    """The overlay's covariance without re-applying its parameters (the scenario already has them)."""
-    if cal is None:
-        return None
-    return Calibration(stack=cal.stack, hardware=cal.hardware, names=cal.names, covariance_log=cal.covariance_log,
-                       residual_sigma_log=cal.residual_sigma_log, path=cal.path)
 
 
 def run_validation(paths: list[str], calibrations: list[str] | None = None, band: bool = False) -> dict:

@@ -211,3 +211,36 @@ def test_an_impossible_result_is_counted_invalid_never_ranked(monkeypatch):
     bad = [r for r in out.rows if r["status"] == "invalid"]
     assert out.invalid == 1 and len(bad) == 1 and "MFU <= 1" in bad[0]["reason"]
     assert bad[0]["objective_value"] is None and "rank" not in bad[0]
+
+
+def test_a_stack_calibration_reprices_every_candidate_and_plans_carry_it(tmp_path, capsys, monkeypatch):
+    """An overlay of the sweep's stack (Miles here) slows training 2x: every candidate is priced with it, the plans
+    record its parameters and a P10-P90 band around their prediction; an overlay of another stack is refused."""
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path / "cache"))
+    spec = small_spec()
+    spec_path = tmp_path / "sweep.yaml"
+    spec_path.write_text(yaml.safe_dump(spec.model_dump(mode="json", by_alias=True)))
+    stack = build_scenario(load_plan(SEED_PLAN)).stack.id
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(yaml.safe_dump({
+        "stack": stack, "hardware": None, "stack_params": {"train_compute_scale": 2.0},
+        "uncertainty": {"covariance_log": {"names": ["stack.train_compute_scale"], "matrix": [[0.01]]},
+                        "residual_sigma_log": 0.05}}))
+    base, calibrated = tmp_path / "base", tmp_path / "cal"
+    assert main(["sweep", str(spec_path), "--out", str(base), "--workers", "1", "--top", "2", "--no-report"]) == 0
+    assert main(["sweep", str(spec_path), "--out", str(calibrated), "--workers", "1", "--top", "2", "--no-report",
+                 "--calibration", str(cal), "--band"]) == 0
+    rows = {r["label"]: r for r in csv.DictReader((base / "candidates.csv").open()) if r["train_time_s"]}
+    cal_rows = {r["label"]: r for r in csv.DictReader((calibrated / "candidates.csv").open()) if r["train_time_s"]}
+    label = next(iter(cal_rows))
+    assert float(cal_rows[label]["train_time_s"]) > 1.8 * float(rows[label]["train_time_s"])
+    plan = load_plan(sorted((calibrated / "plans").glob("*.yaml"))[0])
+    assert plan.calibration.params == {"stack.train_compute_scale": 2.0}
+    assert plan.priced_with.stack_knobs["train_compute_scale"] == 2.0
+    lo, hi = plan.band["step_time_s"]
+    assert lo < plan.predicted.step_time_s < hi
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({"stack": "torchtitan", "stack_params": {"train_compute_scale": 2.0}}))
+    capsys.readouterr()
+    assert main(["sweep", str(spec_path), "--out", str(tmp_path / "x"), "--calibration", str(other)]) == 2
+    assert "calibration is for stack 'torchtitan'" in capsys.readouterr().err

@@ -9,8 +9,10 @@ import sys
 
 from perfmodel.errors import InputError
 
-TRAIN_KNOBS = ("train_compute_scale", "host_op_time_scale", "optimizer_host_s")
-RL_KNOBS = ("rollout_compute_scale", "rollout_decode_host_s", "rollout_request_host_s", "rollout_prefill_host_s",
+TRAIN_KNOBS = ("train_compute_scale", "backward_compute_scale", "host_op_time_scale", "microbatch_host_s",
+               "optimizer_host_s")
+RL_KNOBS = ("rollout_compute_scale", "rollout_decode_host_s", "rollout_request_host_s", "rollout_token_host_s",
+            "rollout_prefill_host_s",
             "weight_update_fixed_s", "weight_update_tensor_s")
 
 

@@ -30,14 +30,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, help="local worker processes (default: the CPU count)")
     p.add_argument("--ray", metavar="ADDRESS", help="run the candidates on a Ray cluster at ADDRESS")
     p.add_argument("--no-cache", action="store_true", help="ignore and do not fill the result cache")
-    p.add_argument("--calibration", help="calibration overlay YAML for the hardware profile")
+    p.add_argument("--calibration", help="calibration overlay YAML (perfmodel calibrate): its stack parameters apply "
+                   "when the sweep runs on that stack, its hardware parameters on that hardware")
+    p.add_argument("--band", action="store_true", help="P10-P90 bands on the top plans' figures (the overlay's "
+                   "uncertainty; without one, the prior on the stack's multipliers)")
     p.add_argument("--no-report", action="store_true", help="skip the HTML capacity report (OUT/report.html)")
     p.set_defaults(func=run)
 
 
-def _plan_for(row: dict[str, Any], run: dict[str, Any], hw_calibration: str, spec_label: str) -> Any:
+def _plan_for(row: dict[str, Any], run: dict[str, Any], calibration: Any, spec_label: str) -> Any:
     from perfmodel.inputs.plan import Plan
-    from perfmodel.inputs.stack import StackOptions, resolve_stack
+    from perfmodel.inputs.stack import KNOBS, StackOptions, resolve_stack
 
     stack = resolve_stack(run.get("stack"), StackOptions(**run["stack_options"]) if run.get("stack_options") else None)
 
@@ -50,10 +53,15 @@ def _plan_for(row: dict[str, Any], run: dict[str, Any], hw_calibration: str, spe
         predicted["peak_memory_rollout_bytes"] = row["mem_rollout_bytes"]
     return Plan.model_validate(run | {
         "id": f"rank{row['rank']:02d}-{slug}", "created_by": f"perfmodel sweep ({spec_label})",
-        "predicted": predicted, "calibration": {"name": hw_calibration},
+        "predicted": predicted,
+        "calibration": {"name": calibration.path if calibration else "none",
+                        "params": {**({f"stack.{k}": v for k, v in calibration.stack_params.items()}
+                                      if calibration else {}),
+                                   **({f"hardware.{k}": v for k, v in calibration.hardware_params.items()}
+                                      if calibration else {})}},
+        "band": {k: [row[f"{k}_p10"], row[f"{k}_p90"]] for k in predicted if row.get(f"{k}_p10") is not None},
         "priced_with": {"hardware": run["hardware"], "stack": stack.id, "notes": list(stack.notes),
-                        "stack_knobs": {"attention_kernel": stack.attention_kernel,
-                                        "train_compute_scale": stack.train_compute_scale}},
+                        "stack_knobs": {k: getattr(stack, k) for k in KNOBS}},
         "executor": {"backend": "miles"},
     })
 
@@ -78,7 +86,7 @@ def _sweep_spec(args: argparse.Namespace) -> tuple[str, Any]:
     return spec_path, spec
 
 
-def _write_plans(top_rows: list[dict[str, Any]], by_index: dict[int, Any], plans_dir: Path, calib_name: str,
+def _write_plans(top_rows: list[dict[str, Any]], by_index: dict[int, Any], plans_dir: Path, calibration: Any,
                  spec_name: str) -> list[dict[str, Any]]:
     """A plan file per top row; returns the rows' summary entries with their plan paths."""
     from perfmodel.inputs.plan import dump_plan
@@ -86,13 +94,14 @@ def _write_plans(top_rows: list[dict[str, Any]], by_index: dict[int, Any], plans
     plans_dir.mkdir(exist_ok=True)
     top_summary = []
     for row in top_rows:
-        plan = _plan_for(row, by_index[row["index"]].run, calib_name, spec_name)
+        plan = _plan_for(row, by_index[row["index"]].run, calibration, spec_name)
         path = plans_dir / f"{plan.id}.yaml"
         dump_plan(plan, path)
         top_summary.append({k: row.get(k) for k in ("rank", "index", "label", "step_time_s", "rollout_time_s",
                                                     "log_probs_time_s", "train_time_s", "weight_update_time_s",
                                                     "tokens_per_s_per_gpu", "gpu_hours_per_step",
-                                                    "mem_train_bytes")} | {"plan_path": str(path)})
+                                                    "mem_train_bytes", "step_time_s_p10", "step_time_s_p90")}
+                           | {"plan_path": str(path)})
     return top_summary
 
 
@@ -100,17 +109,35 @@ def _top_table(objective: str, top_rows: list[dict[str, Any]]) -> Any:
     from rich.table import Table
 
     table = Table(title=f"top plans by {objective}")
-    for col in ("rank", "plan", "step s", "rollout", "log-probs", "train", "w-update", "tok/s/GPU", "train mem GB"):
+    banded = any(r.get("step_time_s_p10") is not None for r in top_rows)
+    cols = ["rank", "plan", "step s"] + (["P10-P90"] if banded else []) + [
+        "rollout", "log-probs", "train", "w-update", "tok/s/GPU", "train mem GB"]
+    for col in cols:
         table.add_column(col, justify="left" if col == "plan" else "right")
     for r in top_rows:
         def f(k: str, fmt: str = "{:.1f}", r: dict[str, Any] = r) -> str:
             v = r.get(k)
             return "-" if v in (None, "") else fmt.format(float(v))
-        table.add_row(str(r["rank"]), r["label"], f("step_time_s"), f("rollout_time_s"), f("log_probs_time_s"),
+        band = [f"{f('step_time_s_p10')}-{f('step_time_s_p90')}"] if banded else []
+        table.add_row(str(r["rank"]), r["label"], f("step_time_s"), *band, f("rollout_time_s"), f("log_probs_time_s"),
                       f("train_time_s"), f("weight_update_time_s"), f("tokens_per_s_per_gpu", "{:.0f}"),
                       f("mem_train_bytes", "{:.0f}") if not r.get("mem_train_bytes") else
                       f"{float(r['mem_train_bytes']) / 1e9:.0f}")
     return table
+
+
+def _add_bands(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, cal: Any) -> None:
+    """P10 / P90 of each top plan's figures, as `<metric>_p10` / `<metric>_p90` in its row."""
+    from perfmodel.calibration import prediction_band
+    from perfmodel.inputs.run import RunSpec
+    from perfmodel.inputs.scenario import build_scenario
+    from perfmodel.memo import Memo
+
+    memo = Memo()
+    for row in top_rows:
+        scn = build_scenario(RunSpec.model_validate(by_index[row["index"]].run), hardware=hw)
+        for metric, (lo, _, hi) in prediction_band(scn, cal.uncertainty_only() if cal else None, memo).items():
+            row[f"{metric}_p10"], row[f"{metric}_p90"] = lo, hi
 
 
 def run(args: argparse.Namespace) -> int:
@@ -124,10 +151,11 @@ def run(args: argparse.Namespace) -> int:
         TimeRemainingColumn,
     )
 
-    from perfmodel.calibration import apply_calibration_file
+    from perfmodel.calibration import load_calibration
     from perfmodel.inputs.hardware import load_hardware
     from perfmodel.inputs.run import RunSpec
     from perfmodel.inputs.scenario import resolve_model
+    from perfmodel.inputs.stack import StackOptions, resolve_stack
     from perfmodel.sweep.cache import ResultCache, default_cache_path
     from perfmodel.sweep.run import evaluate_candidates, write_csv, write_summary
     from perfmodel.sweep.space import enumerate_candidates
@@ -136,8 +164,14 @@ def run(args: argparse.Namespace) -> int:
     if not console.is_terminal:  # logs and pipes: wide enough for the plan table
         console = Console(width=160)
     spec_path, spec = _sweep_spec(args)
-    hw = (apply_calibration_file(args.calibration, spec.hardware, spec_path) if args.calibration
-          else load_hardware(spec.hardware, source=spec_path))
+    hw = load_hardware(spec.hardware, source=spec_path)
+    cal = load_calibration(args.calibration) if args.calibration else None
+    if cal is not None:  # hardware parameters into the profile, stack parameters into every candidate's stack
+        hw = cal.hardware_profile(hw)
+        stack = resolve_stack(spec.stack, StackOptions(**spec.stack_options) if spec.stack_options else None)
+        options = cal.as_stack_options(stack.id, spec.stack_options, spec_path)
+        if options:
+            spec = spec.model_copy(update={"stack_options": options})
     probe = RunSpec.model_construct(model=spec.model)
     model = resolve_model(probe, spec_path)
     moe = [layer.ffn for layer in model.layers if layer.ffn.kind == "moe"]
@@ -170,7 +204,9 @@ def run(args: argparse.Namespace) -> int:
     plans_dir = out / "plans"
     top_rows = outcome.top[: max(1, args.top)]
     by_index = {c.index: c for c in candidates}
-    top_summary = _write_plans(top_rows, by_index, plans_dir, args.calibration or "none", Path(spec_path).name)
+    if args.band:
+        _add_bands(top_rows, by_index, hw, cal)
+    top_summary = _write_plans(top_rows, by_index, plans_dir, cal, Path(spec_path).name)
     extra: dict[str, Any] = {}
     if top_rows:
         from perfmodel.predict import simulate_run

@@ -54,6 +54,7 @@ class Plan(RunSpec):
     created_by: str = ""
     predicted: Predicted = Predicted()
     calibration: CalibrationRef = CalibrationRef()
+    band: dict[str, list[float]] = Field(default_factory=dict, description="P10, P90 of predicted figures")
     priced_with: PricedWith | None = None
     executor: ExecutorSection = ExecutorSection()
     notes: str = ""

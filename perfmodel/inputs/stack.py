@@ -12,17 +12,23 @@ profile lists only what differs from `stacks/default.yaml`, which lists every kn
   `cost/train/attention.py` prices both.
 - `train_compute_scale`: a multiplier on training and log-prob compute, prior 1.0, for what first principles do not
   yet explain of a stack (the place calibration fits a stack's overhead, not the hardware's efficiencies).
+- `backward_compute_scale`: a multiplier on the backward's compute on top of `train_compute_scale`, prior 1.0 (the
+  backward's GEMMs take transposed operands: a CPU's slow bf16 path runs them slower than the forward's).
 - `host_op_time_scale`, `host_device_overlap`, `cuda_graphs`: the host's time to issue a layer's ops (op counts and
   per-op times measured for eager megatron-core, `cost/train/moe.py`), how fast this stack's host issues them, and
   whether that time hides under the device's (a GPU: a floor per layer) or adds to it (a CPU runs both). CUDA/HIP
   graphs replay a dense layer without issuing its ops.
+- `microbatch_host_s`: host time per micro-batch per pass on every pipeline rank (the schedule's step, the forward
+  step and loss functions, the p2p calls), not divided by pipeline parallelism.
 - `optimizer_host_s`: host time of one optimizer step beyond its HBM-bound Adam (gradient finalization, clipping,
   the optimizer's Python loop over parameter groups), not hidden by the device.
 - `pack_sequences`: RL training packs samples into micro-batches by tokens (Miles/slime dynamic batching) or pads
   every sample of a micro-batch to the rollout's longest.
-- `rollout_compute_scale`, `rollout_decode_host_s`, `rollout_request_host_s`, `rollout_prefill_host_s`: the serving
-  engine's forwards (a multiplier), and its host time not hidden by the device: per decode step, per request in each
-  batch (scheduling, sampling, detokenizing and streaming one token), and per prefill batch.
+- `rollout_compute_scale`, `rollout_decode_host_s`, `rollout_request_host_s`, `rollout_token_host_s`,
+  `rollout_prefill_host_s`: the serving engine's forwards (a multiplier), and its host time not hidden by the
+  device: per decode step, once per request (tokenize, schedule, finish), per request per decode step (sampling,
+  detokenizing and streaming a token), and per prefill batch. `rollout_max_engines` caps the engines a stack
+  serves the run with (0: as many as the GPUs allow).
 - `memory_saver`, `weight_update_fixed_s`, `weight_update_tensor_s`: colocated runs park the trainer and wake the
   engines around the weight update (torch_memory_saver), the fixed calls of an update (pause + flush, post-process,
   resume), and the engine's weight-loader time per HF tensor sent.
@@ -91,10 +97,11 @@ class StackProfile(BaseModel):
 
 
 # Knobs whose value is a positive number a calibration may fit (the rest are choices: a kernel, a flag).
-NUMERIC_KNOBS = ("train_compute_scale", "host_op_time_scale", "optimizer_host_s", "rollout_compute_scale",
-                 "rollout_decode_host_s", "rollout_request_host_s", "rollout_prefill_host_s", "weight_update_fixed_s",
-                 "weight_update_tensor_s")
+NUMERIC_KNOBS = ("train_compute_scale", "backward_compute_scale", "host_op_time_scale", "microbatch_host_s",
+                 "optimizer_host_s", "rollout_compute_scale", "rollout_decode_host_s", "rollout_request_host_s",
+                 "rollout_token_host_s", "rollout_prefill_host_s", "weight_update_fixed_s", "weight_update_tensor_s")
 KNOBS = ("attention_kernel", "host_device_overlap", "cuda_graphs", "pack_sequences", "memory_saver",
+         "rollout_max_engines",
          "fsdp_reshard_after_forward", "fp8_recipe", *NUMERIC_KNOBS)
 
 
@@ -107,14 +114,18 @@ class Stack(BaseModel):
     requested: str  # what the run named ("" when it named none)
     attention_kernel: AttentionKernel = "flash"
     train_compute_scale: float = Field(1.0, gt=0)
+    backward_compute_scale: float = Field(1.0, gt=0)
     host_op_time_scale: float = Field(1.0, ge=0)
     host_device_overlap: bool = True
     cuda_graphs: bool = False
     pack_sequences: bool = True
     rollout_compute_scale: float = Field(1.0, gt=0)
+    microbatch_host_s: float = Field(0.0, ge=0)
     optimizer_host_s: float = Field(0.0, ge=0)
     rollout_decode_host_s: float = Field(0.0, ge=0)
     rollout_request_host_s: float = Field(0.0, ge=0)
+    rollout_token_host_s: float = Field(0.0, ge=0)
+    rollout_max_engines: int = Field(0, ge=0)
     rollout_prefill_host_s: float = Field(5.0e-3, ge=0)
     memory_saver: bool = True
     weight_update_fixed_s: float = Field(0.8, ge=0)

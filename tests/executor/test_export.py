@@ -36,7 +36,7 @@ def test_export_writes_a_loadable_case(tmp_path, capsys):
     out = tmp_path / "case.yaml"
     assert main(["export", "local-grpo", "--store", str(store), "--out", str(out)]) == 0
     case = load_case(out)
-    assert case.id == "local-grpo-x" and case.hardware == "cpu-local"
+    assert case.id == "local-grpo-x" and case.hardware == "cpu-local" and case.stack == "local-cpu"
     assert case.measured.rollout_time_s == 0.4  # median of the steps after the warm-up step
     assert case.measured.train_time_s == 0.3
     report = run_validation([str(out)])
@@ -53,3 +53,18 @@ def test_export_refuses_a_changed_plan(tmp_path, capsys):
     rc = main(["export", "local", "--store", str(store), "--out", str(tmp_path / "c.yaml")])
     err = capsys.readouterr().err
     assert rc == 2 and "changed since the run" in err and err.count("\n") == 1
+
+
+def test_export_keeps_the_stack_and_the_lengths_the_run_measured():
+    """The case names the plan's stack, and its prompt and response lengths are what the steps measured (a plan
+    states a cap; a random-init policy writes to it), so calibration is not fitted to a wrong workload."""
+    from executor.export import _measured_lengths
+
+    rl = {"prompts_per_step": 32, "samples_per_prompt": 8, "prompt_tokens_mean": 5.0, "response_tokens": {"max": 3}}
+    kept = [{"tokens": {"prompt": 1280, "response": r, "train": 2048}} for r in (762, 765, 700)]
+    _measured_lengths(rl, kept)
+    assert rl["prompt_tokens_mean"] == 5.0
+    assert rl["response_tokens"] == {"max": 3, "mean": round(762 / 256, 4)}
+    rl_over = {**rl, "response_tokens": {"max": 2}}
+    _measured_lengths(rl_over, kept)
+    assert rl_over["response_tokens"]["mean"] == 2  # never past the cap

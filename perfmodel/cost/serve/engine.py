@@ -118,6 +118,8 @@ def engine_geometry(scn: Scenario, params: RolloutParams | None = None) -> Engin
     rl = rl_section(scn)
     ro = rl.rollout
     n_engines = rl.rollout_gpus // ro.engine_gpus
+    if scn.stack.rollout_max_engines:  # a stack that serves the run with fewer engines than the GPUs allow
+        n_engines = min(n_engines, scn.stack.rollout_max_engines)
     if ro.dp_attention:
         reps, unit, attn_dp = 1, ro.tp, ro.dp
     else:
@@ -178,7 +180,8 @@ class EngineCost:
         self.kv_dtype = ro.kv_cache_dtype or "bf16"  # SGLang kv_cache_dtype auto = the activation dtype (BF16)
         # the stack's multiplier on the engine's forwards (1.0 unless calibrated): every rate a forward runs at
         self.compute_scale = scale = scn.stack.rollout_compute_scale
-        self.request_host_s = scn.stack.rollout_request_host_s  # per request per batch it is in
+        self.request_host_s = scn.stack.rollout_request_host_s  # once per request (admission, prefill)
+        self.token_host_s = scn.stack.rollout_token_host_s  # per request per decode step
         self.bw = hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency / scale
         gemm_dtype = "fp8" if ro.precision == "fp8" else "bf16"
         # DECODE_GEMM_CURVE off: the profile's large-GEMM rate, no shape factor (the kernel floor prices launches)
@@ -317,7 +320,7 @@ class EngineCost:
         t = self._base_cache.get(batch)
         if t is None:
             t = (self.gemm_s(batch) + self.comm_s(batch) + self.floor_s() + self.params.decode_host_overhead_s
-                 + batch * self.request_host_s)
+                 + batch * self.token_host_s)
             self._base_cache[batch] = t
         return t
 
@@ -356,7 +359,7 @@ class EngineCost:
             "kv_attention_s": batch * self.attn_time(ctx),
             "comm_s": self.comm_s(batch),
             "kernel_floor_s": self.floor_s(),
-            "host_s": self.params.decode_host_overhead_s + batch * self.request_host_s,
+            "host_s": self.params.decode_host_overhead_s + batch * self.token_host_s,
             "experts_hit_per_layer": self.experts_hit(batch),
         }
         out["total_s"] = sum(v for k, v in out.items() if k.endswith("_s"))

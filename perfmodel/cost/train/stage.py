@@ -40,6 +40,7 @@ from perfmodel.cost.train.moe import MoEAssumptions, layer_imbalance
 from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.inputs.model import LayerSpec, ModelSpec
 from perfmodel.inputs.scenario import Scenario
+from perfmodel.inputs.stack import Stack
 from perfmodel.memo import Memo
 
 COMM_KINDS = ("tp", "cp", "ep_a2a", "etp")
@@ -244,10 +245,11 @@ def _price_layer(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, Gr
     return time_work(scn.hardware, w, places), w.model_flops_fwd
 
 
-def _scaled(t: _Times, scale: float) -> _Times:
-    """Compute times x the stack's multiplier (communication is the network's, not the stack's)."""
-    return _Times(t.fwd * scale, t.bwd_in * scale, t.bwd_w * scale, t.core_fwd * scale, dict(t.fwd_comm),
-                  dict(t.bwd_comm))
+def _scaled(t: _Times, st: Stack) -> _Times:
+    """Compute times x the stack's multipliers, the backward's on top (communication is the network's, not the
+    stack's)."""
+    f, b = st.train_compute_scale, st.train_compute_scale * st.backward_compute_scale
+    return _Times(t.fwd * f, t.bwd_in * b, t.bwd_w * b, t.core_fwd * f, dict(t.fwd_comm), dict(t.bwd_comm))
 
 
 def _on_stack(scn: Scenario, raw: _Times, moe_layer: bool, moe: MoEAssumptions) -> _Times:
@@ -256,7 +258,7 @@ def _on_stack(scn: Scenario, raw: _Times, moe_layer: bool, moe: MoEAssumptions) 
     stack's `host_op_time_scale`; none for a dense layer replayed as a CUDA graph). A GPU's host runs ahead, so
     its time is a floor per pass; a CPU runs both on the same cores, so it adds."""
     st = scn.stack
-    t = _scaled(raw, st.train_compute_scale)
+    t = _scaled(raw, st)
     host_fwd = (moe.layer_host_fwd_s if moe_layer else moe.dense_host_fwd_s) * st.host_op_time_scale
     host_bwd = (moe.layer_host_bwd_s if moe_layer else moe.dense_host_bwd_s) * st.host_op_time_scale
     if st.cuda_graphs and not moe_layer:  # MoE layers sync with the host (token counts): not captured
@@ -297,20 +299,23 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
             recompute_s += t.core_fwd
             replay["cp"] += t.fwd_comm["cp"]
 
-    scale = scn.stack.train_compute_scale
     if first:
         w = embedding_work(m, s)
-        total.add(_scaled(time_work(hw, w, places), scale))
+        total.add(_scaled(time_work(hw, w, places), scn.stack))
     for layer in layers:
         add_layer(layer)
     if last:
         w = head_work(m, s)
-        total.add(_scaled(time_work(hw, w, places), scale))
+        total.add(_scaled(time_work(hw, w, places), scn.stack))
         model_flops_fwd += w.model_flops_fwd
         for layer in m.mtp_layers:
             w = mtp_work(m, layer, s, imbalance(layer))
-            total.add(_scaled(time_work(hw, w, places), scale))
+            total.add(_scaled(time_work(hw, w, places), scn.stack))
             model_flops_fwd += w.model_flops_fwd
+    # the stack's host time per micro-batch through this chunk, each pass (schedule step, forward_step, loss, p2p
+    # calls): paid on every pipeline rank, so pipeline parallelism does not divide it
+    total.fwd += scn.stack.microbatch_host_s
+    total.bwd_in += scn.stack.microbatch_host_s
     bwd_comm = {k: total.bwd_comm[k] + replay[k] for k in COMM_KINDS}
     keep = {k for k in COMM_KINDS if k != "etp" or s.etp > 1}
     p2p = 0.0 if last else s.t_sp * m.hidden_size * max(1, m.hc_mult) * ACT_BYTES
