@@ -66,6 +66,53 @@ def _one_thread_flops(dtype_name: str, reps: int = 5) -> dict[str, dict[str, flo
     return out
 
 
+def _gloo_worker(rank: int, world: int, port: int, queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    out: dict[str, float] = {}
+    x = torch.zeros(64 * 8 * 128)  # one micro-batch's activations of the executor's plans (FP32 for the reduce)
+    y = torch.empty_like(x)
+    half = [x.numel() // 2, x.numel() - x.numel() // 2]
+    ops = {"all_reduce": lambda: dist.all_reduce(x),
+           "all_to_all": lambda: dist.all_to_all_single(y, x, half, half)}  # with split sizes, as MoE dispatch
+    for name, fn in ops.items():
+        for _ in range(5):
+            fn()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(50):
+            fn()
+        out[name] = (time.perf_counter() - t0) / 50
+    if rank == 0:
+        queue.put(out)
+    dist.destroy_process_group()
+
+
+def _gloo_latency() -> dict[str, float]:
+    """Seconds per gloo all-reduce and all-to-all of a micro-batch's activations between 2 processes on loopback
+    (the executor's collectives on this machine)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_gloo_worker, args=(r, 2, port, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    result = queue.get(timeout=120)
+    for p in procs:
+        p.join()
+    return result
+
+
 def _copy_bandwidth(nbytes: int = 1 << 28, reps: int = 5) -> float:
     src = np.ones(nbytes // 8)
     dst = np.empty_like(src)
@@ -90,6 +137,7 @@ def main() -> None:
         "fp32_matmul_flops": _matmul_flops("fp32"),
         "one_thread_bf16_matmul_flops": bf16_one, "one_thread_fp32_matmul_flops": fp32_one,
         "one_thread_bf16_median": {k: statistics.median(v.values()) for k, v in bf16_one.items()},
+        "gloo_seconds_per_call_2_processes": _gloo_latency(),
         "copy_bytes_per_s": _copy_bandwidth(), "measured_at": time.strftime("%Y-%m-%d"),
     }
     out = Path(__file__).parent / "results" / "cpu-local.json"
