@@ -27,7 +27,7 @@ from perfmodel.predict import simulate_scenario
 from tests.conftest import write_yaml
 
 LOOP_PLANS = Path(__file__).resolve().parent.parent / "studies" / "calibration-loop" / "plans"
-TRUE_LOCAL = {"train_compute_scale": 3.0, "host_op_time_scale": 15.0, "rollout_decode_host_s": 0.2,
+TRUE_LOCAL = {"train_compute_scale": 2.0, "microbatch_host_s": 0.05, "rollout_token_host_s": 1e-3,
               "weight_update_fixed_s": 0.05}
 
 
