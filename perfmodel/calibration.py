@@ -396,6 +396,8 @@ def fit_calibration(cases: list[ValidationCase], stack_names: list[str], hardwar
         residual_sigma_log=sigma, refused=refused,
         fit={"residual_rms_log_before": rms_before, "residual_rms_log_after": float(np.sqrt(np.mean(resid ** 2))),
              "n_figures": n_data, "evaluations": problem.evaluations,
+             # a parameter pinned at a bound: its sigma says nothing (the data push past what it may take)
+             "at_bound": [p.key for p, v in zip(active, u) if min(v - p.lo_log, p.hi_log - v) < 1e-3],
              "seconds": round(time.perf_counter() - t0, 2), "per_case": per_case,
              "prior_sigma_log": PRIOR_SIGMA_LOG, "run_sigma_log": RUN_SIGMA_LOG},
         provenance={"fitted_on": [{"id": c.id, "file": (sources[i] if sources else ""), "source": c.source}

@@ -57,6 +57,6 @@ def test_calibrate_on_one_real_run_predict_another(tmp_path: Path) -> None:
     assert {r["metric"] for r in held} >= {"rollout_time_s", "train_time_s", "step_time_s"}
     zero = sum(abs(r["zero_shot_error"]) for r in held) / len(held)
     calibrated = sum(abs(r["calibrated_error"]) for r in held) / len(held)
-    assert calibrated < 0.5 * zero, (zero, calibrated)  # zero-shot is off by tens of percent here
+    assert calibrated < zero, (zero, calibrated)  # one run already buys accuracy on another
     step = next(r for r in held if r["metric"] == "step_time_s")
-    assert abs(math.log(step["calibrated_s"] / step["measured_s"])) < math.log(1.5)
+    assert abs(math.log(step["calibrated_s"] / step["measured_s"])) < math.log(1.3)

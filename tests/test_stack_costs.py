@@ -67,11 +67,12 @@ def test_padding_to_the_longest_sample_costs_more_than_packing() -> None:
 
 
 def test_rollout_host_costs_and_multiplier() -> None:
-    base = EngineCost(_scn(rollout_request_host_s=0.0, rollout_decode_host_s=0.0))
-    per_req = EngineCost(_scn(rollout_request_host_s=1e-3, rollout_decode_host_s=0.01))
-    assert per_req.decode_base(256) - base.decode_base(256) == pytest.approx(256 * 1e-3 + 0.01)
-    assert per_req.prefill_s([5] * 64) - base.prefill_s([5] * 64) == pytest.approx(64 * 1e-3)
-    slow = EngineCost(_scn(rollout_compute_scale=2.0, rollout_decode_host_s=0.0))
+    base = EngineCost(_scn(rollout_request_host_s=0.0, rollout_token_host_s=0.0, rollout_decode_host_s=0.0))
+    host = EngineCost(_scn(rollout_request_host_s=2e-3, rollout_token_host_s=1e-3, rollout_decode_host_s=0.01))
+    # a decode step: its fixed host time + per running request; a prefill: per request admitted
+    assert host.decode_base(256) - base.decode_base(256) == pytest.approx(256 * 1e-3 + 0.01)
+    assert host.prefill_s([5] * 64) - base.prefill_s([5] * 64) == pytest.approx(64 * 2e-3)
+    slow = EngineCost(_scn(rollout_compute_scale=2.0, rollout_token_host_s=0.0, rollout_decode_host_s=0.0))
     assert slow.gemm_s(256) == pytest.approx(2.0 * base.gemm_s(256))
     assert slow.floor_s() == pytest.approx(2.0 * base.floor_s())
 

@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     for kind, params in (("stack", cal.stack_params), ("hardware", cal.hardware_params)):
         for n, v in params.items():
             s = sig.get(f"{kind}.{n}", 0.0)
-            print(f"  {kind}.{n}: {v:.4g} (x/{math.exp(s):.3f}, one sigma)")
+            bound = " at its bound: the runs push it past what it may take" if f"{kind}.{n}" in f["at_bound"] else ""
+            print(f"  {kind}.{n}: {v:.4g} (x/{math.exp(s):.3f}, one sigma){bound}")
     for k, why in cal.refused.items():
         print(f"  refused {k}: {why}")
     print(f"wrote {args.out}")

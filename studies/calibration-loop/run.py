@@ -77,7 +77,9 @@ def markdown(r: dict) -> str:
              f"Stack `local-cpu` calibrated on {', '.join(r['calibrated_on'])}; predicted: {', '.join(r['held_out'])}.",
              "", "| parameter | fitted | one sigma |", "|---|---:|---:|"]
     for n, v in r["stack_params"].items():
-        lines.append(f"| {n} | {v:.4g} | x/{2.718281828 ** r['sigma_log'].get('stack.' + n, 0):.3f} |")
+        sigma = ("at its bound" if f"stack.{n}" in r["fit"].get("at_bound", [])
+                 else f"x/{2.718281828 ** r['sigma_log'].get('stack.' + n, 0):.3f}")
+        lines.append(f"| {n} | {v:.4g} | {sigma} |")
     for n, why in r["refused"].items():
         lines.append(f"| {n} | refused | {why} |")
     lines += ["", "| run | role | phase | measured s | zero-shot s (err) | calibrated s (err) | P10-P90 s |",
