@@ -235,6 +235,7 @@ class _Problem:
     metrics: tuple[str, ...] | None
     memo: Memo = field(default_factory=Memo)
     evaluations: int = 0
+    _seen: dict = field(default_factory=dict)  # residuals by parameter values: a point is simulated once
 
     def figures(self) -> list[tuple[int, str, float]]:
         return [(i, m, v) for i, c in enumerate(self.cases) for m, v in c.measured.items()
@@ -243,6 +244,9 @@ class _Problem:
     def log_residuals(self, u: np.ndarray) -> np.ndarray:
         """log(predicted / measured) of every figure; a figure the model cannot predict there scores 0 (a case
         made infeasible scores a large residual instead: the fit steers away from it)."""
+        key = (tuple(p.key for p in self.params), tuple(np.round(u, 12)))
+        if key in self._seen:
+            return self._seen[key]
         self.evaluations += 1
         values = np.exp(u)
         out = []
@@ -258,7 +262,8 @@ class _Problem:
                 out.append(math.log(pred[metric] / measured))
             else:
                 out.append(0.0)
-        return np.array(out)
+        self._seen[key] = np.array(out)
+        return self._seen[key]
 
 
 def _prior_rows(params: list[Param], u: np.ndarray) -> np.ndarray:
@@ -271,7 +276,8 @@ def _whitened(problem: _Problem, u: np.ndarray, sigma: float) -> np.ndarray:
 
 def _solve(problem: _Problem, warm: dict[str, float] | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     """Two passes: the data weighted as RUN_SIGMA_LOG scatter, then as the scatter that fit left (floored): exact
-    records pull harder against the prior, scattered ones less. Returns (log parameters, Jacobian, sigma)."""
+    records pull harder against the prior, scattered ones less. Returns (log parameters, the Jacobian of the whitened
+    residuals, the sigma they were whitened with)."""
     from scipy.optimize import least_squares
 
     params = problem.params
@@ -280,13 +286,17 @@ def _solve(problem: _Problem, warm: dict[str, float] | None = None) -> tuple[np.
     hi = np.array([p.hi_log for p in params])
     u = np.clip(u, lo + 1e-9, hi - 1e-9)
     sigma = RUN_SIGMA_LOG
-    for _ in range(2):
+    for attempt in range(2):
+        if attempt and abs(sigma - RUN_SIGMA_LOG) < 0.25 * RUN_SIGMA_LOG:
+            break  # the scatter is what the first pass assumed: nothing to re-weight
+        # tolerances of 0.1%: the figures scatter by 5% or more, a tighter optimum is noise (and simulations)
         fit = least_squares(lambda x, s=sigma: _whitened(problem, x, s), u, bounds=(lo, hi), diff_step=1e-3,
-                            x_scale=1.0, max_nfev=40 * (len(params) + 1))
+                            x_scale=1.0, ftol=1e-3, xtol=1e-3, gtol=1e-3, max_nfev=40 * (len(params) + 1))
+        used = sigma
         u = fit.x
         resid = problem.log_residuals(u)
         sigma = max(RESIDUAL_SIGMA_FLOOR_LOG, float(np.sqrt(np.mean(resid ** 2))))
-    return u, fit.jac, sigma
+    return u, fit.jac, used
 
 
 def _posterior(problem: _Problem, jac: np.ndarray, sigma_used: float, sigma_resid: float) -> np.ndarray:

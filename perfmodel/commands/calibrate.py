@@ -11,6 +11,7 @@ from perfmodel.errors import InputError
 
 TRAIN_KNOBS = ("train_compute_scale", "backward_compute_scale", "host_op_time_scale", "microbatch_host_s",
                "optimizer_host_s")
+RL_TRAIN_KNOBS = ("log_probs_compute_scale",)
 RL_KNOBS = ("rollout_compute_scale", "rollout_decode_host_s", "rollout_request_host_s", "rollout_token_host_s",
             "rollout_prefill_host_s",
             "weight_update_fixed_s", "weight_update_tensor_s")
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                          f"among the given cases (stacks there: {', '.join(stacks) or 'none'})")
     names = _names(args.params)
     if not names:
-        names = list(TRAIN_KNOBS) + (list(RL_KNOBS) if any(c.rl for c, _ in loaded) else [])
+        names = list(TRAIN_KNOBS) + (list(RL_TRAIN_KNOBS + RL_KNOBS) if any(c.rl for c, _ in loaded) else [])
     cases = [c for c, _ in loaded]
     cal = fit_calibration(cases, names, _names(args.hardware_params), hardware=hw,
                           sources=[p for _, p in loaded],

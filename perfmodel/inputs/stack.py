@@ -14,6 +14,8 @@ profile lists only what differs from `stacks/default.yaml`, which lists every kn
   yet explain of a stack (the place calibration fits a stack's overhead, not the hardware's efficiencies).
 - `backward_compute_scale`: a multiplier on the backward's compute on top of `train_compute_scale`, prior 1.0 (the
   backward's GEMMs take transposed operands: a CPU's slow bf16 path runs them slower than the forward's).
+- `log_probs_compute_scale`: a multiplier on the RL log-prob (and reference) passes' compute on top of
+  `train_compute_scale`, prior 1.0 (Miles' DSV4 log-prob pass runs 13x its kernels' time on GB300, its training 2x).
 - `host_op_time_scale`, `host_device_overlap`, `cuda_graphs`: the host's time to issue a layer's ops (op counts and
   per-op times measured for eager megatron-core, `cost/train/moe.py`), how fast this stack's host issues them, and
   whether that time hides under the device's (a GPU: a floor per layer) or adds to it (a CPU runs both). CUDA/HIP
@@ -97,9 +99,13 @@ class StackProfile(BaseModel):
 
 
 # Knobs whose value is a positive number a calibration may fit (the rest are choices: a kernel, a flag).
-NUMERIC_KNOBS = ("train_compute_scale", "backward_compute_scale", "host_op_time_scale", "microbatch_host_s",
-                 "optimizer_host_s", "rollout_compute_scale", "rollout_decode_host_s", "rollout_request_host_s",
-                 "rollout_token_host_s", "rollout_prefill_host_s", "weight_update_fixed_s", "weight_update_tensor_s")
+NUMERIC_KNOBS = ("train_compute_scale", "backward_compute_scale", "log_probs_compute_scale", "host_op_time_scale",
+                 "microbatch_host_s", "optimizer_host_s", "rollout_compute_scale", "rollout_decode_host_s",
+                 "rollout_request_host_s", "rollout_token_host_s", "rollout_prefill_host_s", "weight_update_fixed_s",
+                 "weight_update_tensor_s")
+ROLLOUT_KNOBS = ("rollout_compute_scale", "rollout_decode_host_s", "rollout_request_host_s", "rollout_token_host_s",
+                 "rollout_prefill_host_s", "rollout_max_engines")
+WEIGHT_UPDATE_KNOBS = ("memory_saver", "weight_update_fixed_s", "weight_update_tensor_s")
 KNOBS = ("attention_kernel", "host_device_overlap", "cuda_graphs", "pack_sequences", "memory_saver",
          "rollout_max_engines",
          "fsdp_reshard_after_forward", "fp8_recipe", *NUMERIC_KNOBS)
@@ -115,6 +121,7 @@ class Stack(BaseModel):
     attention_kernel: AttentionKernel = "flash"
     train_compute_scale: float = Field(1.0, gt=0)
     backward_compute_scale: float = Field(1.0, gt=0)
+    log_probs_compute_scale: float = Field(1.0, gt=0)
     host_op_time_scale: float = Field(1.0, ge=0)
     host_device_overlap: bool = True
     cuda_graphs: bool = False
@@ -140,6 +147,15 @@ class Stack(BaseModel):
     def knobs(self) -> tuple:
         """The values costs depend on (a cache key)."""
         return tuple(getattr(self, k) for k in KNOBS)
+
+    def knobs_for(self, part: str) -> tuple:
+        """The values one part of an RL step depends on (a narrower cache key: a calibration trying a training
+        knob reuses the simulated rollout, and the other way round)."""
+        # the update also reads the engines' geometry (rollout weights per GPU)
+        names = {"rollout": ROLLOUT_KNOBS, "weight_update": (*WEIGHT_UPDATE_KNOBS, "rollout_max_engines")}.get(part)
+        if names is None:  # training: everything but the rollout's and the update's own knobs
+            names = tuple(k for k in KNOBS if k not in ROLLOUT_KNOBS + WEIGHT_UPDATE_KNOBS)
+        return tuple(getattr(self, k) for k in names)
 
     def numeric(self) -> dict[str, float]:
         """The knobs a calibration may fit, by name."""

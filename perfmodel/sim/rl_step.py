@@ -10,6 +10,7 @@ sweep re-uses them across plans that differ only on the other side.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -174,7 +175,8 @@ def simulate_train_side(scn: Scenario, lengths: list[int], record_trace: bool = 
     rl = run.rl
     t = run.train
     key = _key("train", scn.hardware.calibration_params(), scn.model.id, scn.model.family, run.gpus,
-               t.model_dump(), scn.stack.knobs, rl.algorithm, rl.log_probs.ref_model, rl.actor_gpus, lengths)
+               t.model_dump(), scn.stack.knobs_for("train"), rl.algorithm, rl.log_probs.ref_model, rl.actor_gpus,
+               lengths)
     memo = memo if memo is not None else Memo()
     if record_trace:
         return _train_side(scn, lengths, True, memo)
@@ -196,8 +198,11 @@ def _train_side(scn: Scenario, lengths: list[int], record_trace: bool, memo: Mem
     # Log-probs (and the reference pass) run once over the whole rollout; training then takes
     # samples / global_batch optimizer steps (Miles --num-steps-per-rollout, NeMo-RL train_global_batch_size),
     # each on an interleaved share of the samples so the shares see the same length mix.
-    log_probs = simulate_train_step(scn, mbs, forward_only=True, memo=memo)
-    ref = simulate_train_step(scn, mbs, forward_only=True, memo=memo) if rl.log_probs.ref_model else None
+    st = scn.stack
+    lp_scn = scn if st.log_probs_compute_scale == 1.0 else dataclasses.replace(scn, stack=st.with_knobs(
+        {"train_compute_scale": st.train_compute_scale * st.log_probs_compute_scale}, "log_probs_compute_scale"))
+    log_probs = simulate_train_step(lp_scn, mbs, forward_only=True, memo=memo)
+    ref = simulate_train_step(lp_scn, mbs, forward_only=True, memo=memo) if rl.log_probs.ref_model else None
     steps = optimizer_steps_per_rollout(len(lengths), t.global_batch)
     shares = [mbs] if steps == 1 else [
         pack(lengths[i::steps]) for i in range(steps)]
@@ -213,7 +218,7 @@ def _train_side(scn: Scenario, lengths: list[int], record_trace: bool, memo: Mem
 def simulate_rollout_side(scn: Scenario, seed: int = 0, memo: Memo | None = None) -> RolloutResult:
     rl = scn.run.rl
     key = _key("rollout", scn.hardware.calibration_params(), scn.model.id, scn.model.family, rl.model_dump(),
-               scn.stack.knobs, seed)
+               scn.stack.knobs_for("rollout"), seed)
     memo = memo if memo is not None else Memo()
     return memo.get("rl_rollout", key, lambda: simulate_rollout(scn, seed=seed))
 
@@ -231,7 +236,8 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
     lengths = [prompt + int(r) for r in rollout.response_lengths]
     side = simulate_train_side(scn, lengths, record_trace=record_trace, memo=memo)
     wu_key = _key("wu", scn.hardware.calibration_params(), scn.model.id, scn.model.family, run.gpus,
-                  t.layout.model_dump(), t.pipeline_layers, rl.model_dump(), scn.stack.knobs)
+                  t.layout.model_dump(), t.pipeline_layers, rl.model_dump(),
+                  scn.stack.knobs_for("weight_update"))
     wu = memo.get("rl_weight_update", wu_key, lambda: weight_update_time(scn))
     colocated = rl.placement == "colocated"
     offload = wu.after_rollout_s if colocated else 0.0

@@ -1,8 +1,8 @@
 """The seed study with the `miles` stack calibrated: how the ranking moves against the uncalibrated model.
 
 `python studies/seed-dsv4-mi355x/compare.py` (about 3 minutes on 2 cores):
-1. `perfmodel calibrate` the `miles` stack on the published Miles DSV4 figures (GB300 and MI355X) ->
-   `miles-calibration.yaml`;
+1. `perfmodel calibrate` the `miles` stack's named multipliers on the published Miles DSV4 figures (GB300 and
+   MI355X) -> `miles-calibration.yaml`;
 2. `perfmodel sweep` of the seed job (the embedded default) without and with that overlay;
 3. per node count, the top plans of each, with the calibrated P10-P90 band of the step time and each plan's rank in
    the other sweep -> `calibrated-ranking.md` and `calibrated-ranking.json`.
@@ -23,6 +23,7 @@ MILES_CASES = (ROOT / "studies" / "validation" / "cases" / "miles-gb300-dsv4flas
                ROOT / "studies" / "validation" / "miles-published" / "cases" /
                "miles-mi355x-dsv4flash-4node-colocated.yaml")
 TOP = 5
+MILES_PARAMS = ("train_compute_scale", "log_probs_compute_scale", "rollout_compute_scale", "weight_update_fixed_s")
 
 
 def _perfmodel(*args: str) -> None:
@@ -63,7 +64,9 @@ def _bands(rows: list[dict], cal_path: Path) -> dict[str, tuple[float, float]]:
 
 def main() -> int:
     cal_path = HERE / "miles-calibration.yaml"
-    _perfmodel("calibrate", *map(str, MILES_CASES), "--stack", "miles", "--out", str(cal_path))
+    # the named multipliers the two runs' ten figures can inform: training, log-prob passes, the engines' forwards
+    _perfmodel("calibrate", *map(str, MILES_CASES), "--stack", "miles", "--params", ",".join(MILES_PARAMS),
+               "--out", str(cal_path))
     with tempfile.TemporaryDirectory(prefix="seed-") as tmp:
         base, calibrated = Path(tmp) / "base", Path(tmp) / "calibrated"
         _perfmodel("sweep", "--out", str(base), "--no-report", "--top", "1")

@@ -202,7 +202,7 @@ def _train_key(scn: Scenario, memo: Memo) -> tuple:
     lay = t.layout
     return memo.by_identity("train_key", t, lambda: (
         t.precision, t.recompute, t.sequence_parallel, t.moe_dispatcher, lay.tp, lay.cp,
-        lay.ep, lay.etp, lay.pp, lay.vpp, scn.dp, scn.run.gpus, scn.run.train_gpus)) + scn.stack.knobs
+        lay.ep, lay.etp, lay.pp, lay.vpp, scn.dp, scn.run.gpus, scn.run.train_gpus)) + scn.stack.knobs_for("train")
 
 
 def _model_key(m: ModelSpec) -> tuple:
