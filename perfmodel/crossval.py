@@ -59,7 +59,7 @@ def case_curve(case: ValidationCase, path: str, memo: Memo) -> CaseCurve | None:
     metrics = [m for m, _ in case.measured.items()]
     rows: list[list[float | None] | None] = []
     for s in SCALE_GRID:
-        stack = scn.stack.model_copy(update={"train_compute_scale": scn.stack.train_compute_scale * s})
+        stack = scn.stack.with_knobs({"train_compute_scale": scn.stack.train_compute_scale * s}, "cv grid")
         try:
             pred = simulate_scenario(dataclasses.replace(scn, stack=stack), memo=memo).metrics()
         except PhysicsError:  # faster than the hardware allows (MFU > 1): no stack gets there

@@ -44,7 +44,7 @@ profile lists only what differs from `stacks/default.yaml`, which lists every kn
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -109,6 +109,11 @@ WEIGHT_UPDATE_KNOBS = ("memory_saver", "weight_update_fixed_s", "weight_update_t
 KNOBS = ("attention_kernel", "host_device_overlap", "cuda_graphs", "pack_sequences", "memory_saver",
          "rollout_max_engines",
          "fsdp_reshard_after_forward", "fp8_recipe", *NUMERIC_KNOBS)
+PART_KNOBS = {
+    "rollout": ROLLOUT_KNOBS,
+    "weight_update": (*WEIGHT_UPDATE_KNOBS, "rollout_max_engines"),  # the update reads the engines' geometry
+    "train": tuple(k for k in KNOBS if k not in ROLLOUT_KNOBS + WEIGHT_UPDATE_KNOBS),
+}
 
 
 class Stack(BaseModel):
@@ -143,19 +148,24 @@ class Stack(BaseModel):
     notes: tuple[str, ...] = ()
     sources: dict[str, str] = Field(default_factory=dict)
 
-    @property
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Stack:
+        """A validated copy (pydantic's would carry the cached keys below over, stale)."""
+        return Stack.model_validate({**self.model_dump(), **(update or {})})
+
+    @cached_property
     def knobs(self) -> tuple:
-        """The values costs depend on (a cache key)."""
+        """The values costs depend on (a cache key; computed once per stack: cost keys ask for it per chunk)."""
         return tuple(getattr(self, k) for k in KNOBS)
 
+    @cached_property
+    def _part_knobs(self) -> dict[str, tuple]:
+        values = dict(zip(KNOBS, self.knobs))
+        return {part: tuple(values[k] for k in names) for part, names in PART_KNOBS.items()}
+
     def knobs_for(self, part: str) -> tuple:
-        """The values one part of an RL step depends on (a narrower cache key: a calibration trying a training
-        knob reuses the simulated rollout, and the other way round)."""
-        # the update also reads the engines' geometry (rollout weights per GPU)
-        names = {"rollout": ROLLOUT_KNOBS, "weight_update": (*WEIGHT_UPDATE_KNOBS, "rollout_max_engines")}.get(part)
-        if names is None:  # training: everything but the rollout's and the update's own knobs
-            names = tuple(k for k in KNOBS if k not in ROLLOUT_KNOBS + WEIGHT_UPDATE_KNOBS)
-        return tuple(getattr(self, k) for k in names)
+        """The values one part of an RL step ("train", "rollout", "weight_update") depends on: a narrower cache
+        key, so a calibration trying a training knob reuses the simulated rollout, and the other way round."""
+        return self._part_knobs[part]
 
     def numeric(self) -> dict[str, float]:
         """The knobs a calibration may fit, by name."""

@@ -17,6 +17,7 @@ from perfmodel.cost.train.stage import (
     optimizer_step_s,
     p2p_time_s,
     param_gather_exposed_s,
+    param_gather_mode,
 )
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.memo import Memo
@@ -143,11 +144,18 @@ def _rank_tail(scn: Scenario, schedule: Schedule, op_times: Callable[[int, int],
     all-gathers (under its first forward, or FSDP's under each pass: `param_gather_exposed_s`) and the optimizer
     step."""
     grad_s, _ = dp_grad_sync_s(scn, rank)
-    fwd = [sum(op_times(schedule.virtual_stage(rank, c), mb).f_s for c in range(schedule.chunks))
-           for mb in range(microbatches)]
-    bwd = [sum(op_times(schedule.virtual_stage(rank, c), mb).b_s for c in range(schedule.chunks))
-           for mb in range(microbatches)]
-    return {"comm:dp_grad": max(0.0, grad_s - bwd[-1]),
+
+    def fwd_s(mb: int) -> float:
+        return sum(op_times(schedule.virtual_stage(rank, c), mb).f_s for c in range(schedule.chunks))
+
+    def bwd_s(mb: int) -> float:
+        return sum(op_times(schedule.virtual_stage(rank, c), mb).b_s for c in range(schedule.chunks))
+
+    # every micro-batch's passes only when FSDP gathers per pass; else the first forward hides the one gather
+    per_pass = scn.train.fsdp and param_gather_mode(scn) != "step"
+    fwd = [fwd_s(mb) for mb in range(microbatches)] if per_pass else [fwd_s(0)]
+    bwd = [bwd_s(mb) for mb in range(microbatches)] if per_pass else []
+    return {"comm:dp_grad": max(0.0, grad_s - bwd_s(microbatches - 1)),
             "comm:dp_param_gather": param_gather_exposed_s(scn, rank, fwd, bwd),
             "optimizer": optimizer_step_s(scn, rank)}
 
