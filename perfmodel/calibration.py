@@ -99,23 +99,24 @@ class Calibration:
         return ((not self.stack_params or scn.stack.id == self.stack)
                 and (not self.hardware_params or scn.hardware.id == self.hardware))
 
+    def _check_stack(self, stack_id: str, source: str) -> None:
+        if self.stack_params and stack_id != self.stack:
+            raise InputError(self.path, "stack", f"calibration is for stack {self.stack!r}, {source or 'the run'} "
+                             f"is priced with {stack_id!r}; calibrate that stack or drop --calibration")
+
     def check(self, scn: Scenario, source: str = "") -> None:
         """Refuse loudly a run the overlay was not fitted for."""
-        if self.stack_params and scn.stack.id != self.stack:
-            raise InputError(self.path, "stack", f"calibration is for stack {self.stack!r}, {source or 'the run'} "
-                             f"is priced with {scn.stack.id!r}; calibrate that stack or drop --calibration")
+        self._check_stack(scn.stack.id, source)
         if self.hardware_params and scn.hardware.id != self.hardware:
             raise InputError(self.path, "hardware", f"calibration is for {self.hardware!r}, {source or 'the run'} "
                              f"uses {scn.hardware.id!r}")
 
     def apply(self, scn: Scenario) -> Scenario:
         """The scenario with this overlay's parameters (those that apply to it)."""
-        hw, stack = scn.hardware, scn.stack
-        if self.hardware_params and hw.id == self.hardware:
-            hw = hw.with_params(self.hardware_params, source=self.path or "calibration")
+        stack = scn.stack
         if self.stack_params and stack.id == self.stack:
             stack = stack.with_knobs(self.stack_params, source=self.path or "calibration")
-        return dataclasses.replace(scn, hardware=hw, stack=stack)
+        return dataclasses.replace(scn, hardware=self.hardware_profile(scn.hardware), stack=stack)
 
     def hardware_profile(self, hw: HardwareProfile) -> HardwareProfile:
         if self.hardware_params and hw.id == self.hardware:
@@ -131,11 +132,7 @@ class Calibration:
     def as_stack_options(self, stack_id: str, options: dict[str, Any] | None, source: str) -> dict[str, Any]:
         """A run's stack_options with this overlay's stack parameters (how a sweep's candidates carry them);
         refuses a stack the overlay was not fitted for."""
-        if not self.stack_params:
-            return dict(options or {})
-        if stack_id != self.stack:
-            raise InputError(self.path, "stack", f"calibration is for stack {self.stack!r}, {source} is priced with "
-                             f"{stack_id!r}; calibrate that stack or drop --calibration")
+        self._check_stack(stack_id, source)
         return {**(options or {}), **self.stack_params}
 
     def sigma_log(self) -> dict[str, float]:
@@ -191,18 +188,6 @@ def load_calibration(path: str | Path) -> Calibration:
                        provenance=dict(data.get("provenance") or {}), path=p)
 
 
-def apply_calibration_file(path: str | Path, hardware_ref: str | None = None, source: str = "") -> HardwareProfile:
-    """The hardware profile with an overlay's hardware parameters (the stack's apply per scenario)."""
-    cal = load_calibration(path)
-    ref = hardware_ref or cal.hardware
-    if not isinstance(ref, str):
-        raise InputError(str(path), "hardware", "the overlay names no hardware and the run none either")
-    hw = load_hardware(ref, source=source or str(path))
-    if cal.hardware_params and cal.hardware != hw.id:
-        raise InputError(str(path), "hardware", f"calibration is for {cal.hardware!r}, the run uses {hw.id!r}")
-    return cal.hardware_profile(hw)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Fitting
 
@@ -216,14 +201,15 @@ def _predict(scn: Scenario, memo: Memo) -> dict[str, float] | None:
         return None
 
 
-def _with(scn: Scenario, params: list[Param], values: np.ndarray) -> Scenario:
-    st = {p.name: float(v) for p, v in zip(params, values) if p.kind == "stack"}
-    hw = {p.name: float(v) for p, v in zip(params, values) if p.kind == "hardware"}
+def _with(scn: Scenario, values: dict[str, float], source: str) -> Scenario:
+    """The scenario with parameters set by key ("stack.<knob>", "hardware.<name>")."""
+    st = {k.split(".", 1)[1]: float(v) for k, v in values.items() if k.startswith("stack.")}
+    hw = {k.split(".", 1)[1]: float(v) for k, v in values.items() if k.startswith("hardware.")}
     out = scn
     if hw:
-        out = dataclasses.replace(out, hardware=out.hardware.with_params(hw, source="calibration fit"))
+        out = dataclasses.replace(out, hardware=out.hardware.with_params(hw, source=source))
     if st:
-        out = dataclasses.replace(out, stack=out.stack.with_knobs(st, source="calibration fit"))
+        out = dataclasses.replace(out, stack=out.stack.with_knobs(st, source=source))
     return out
 
 
@@ -253,7 +239,7 @@ class _Problem:
         preds: dict[int, dict[str, float] | None] = {}
         for i, metric, measured in self.figures():
             if i not in preds:
-                scn = _with(self.scenarios[i], self.params, values)
+                scn = _with(self.scenarios[i], {p.key: v for p, v in zip(self.params, values)}, "calibration fit")
                 preds[i] = _predict(scn, self.memo)
             pred = preds[i]
             if pred is None:
@@ -264,6 +250,11 @@ class _Problem:
                 out.append(0.0)
         self._seen[key] = np.array(out)
         return self._seen[key]
+
+
+def residual_scatter(resid: np.ndarray) -> float:
+    """The log-space spread the fit left, floored (a handful of runs says little about its own spread)."""
+    return max(RESIDUAL_SIGMA_FLOOR_LOG, float(np.sqrt(np.mean(resid ** 2))))
 
 
 def _prior_rows(params: list[Param], u: np.ndarray) -> np.ndarray:
@@ -294,8 +285,7 @@ def _solve(problem: _Problem, warm: dict[str, float] | None = None) -> tuple[np.
                             x_scale=1.0, ftol=1e-3, xtol=1e-3, gtol=1e-3, max_nfev=40 * (len(params) + 1))
         used = sigma
         u = fit.x
-        resid = problem.log_residuals(u)
-        sigma = max(RESIDUAL_SIGMA_FLOOR_LOG, float(np.sqrt(np.mean(resid ** 2))))
+        sigma = residual_scatter(problem.log_residuals(u))
     return u, fit.jac, used
 
 
@@ -377,17 +367,15 @@ def fit_calibration(cases: list[ValidationCase], stack_names: list[str], hardwar
             break
         u, jac, used = _solve(problem, last)
         last = {p.key: float(v) for p, v in zip(active, u)}
-        resid = problem.log_residuals(u)
-        sigma = max(RESIDUAL_SIGMA_FLOOR_LOG, float(np.sqrt(np.mean(resid ** 2))))
-        cov = _posterior(problem, jac, used, sigma)
+        cov = _posterior(problem, jac, used, residual_scatter(problem.log_residuals(u)))
         worst = _refusal(active, cov, jac, n_data)
         if worst is None:
             break
         refused[worst[0]] = worst[1]
         active = [p for p in active if p.key != worst[0]]
     problem.params = active
-    resid = problem.log_residuals(u) if active else problem.log_residuals(np.zeros(0))
-    sigma = max(RESIDUAL_SIGMA_FLOOR_LOG, float(np.sqrt(np.mean(resid ** 2))))
+    resid = problem.log_residuals(u if active else np.zeros(0))
+    sigma = residual_scatter(resid)
     fitted = {p.key: float(math.exp(v)) for p, v in zip(active, u)} if active else {}
     try:
         pkg = version("perfmodel")
@@ -444,14 +432,9 @@ def prediction_band(scn: Scenario, cal: Calibration | None, memo: Memo | None = 
     grads = []
     for k in keys:
         kind, name = k.split(".", 1)
-        if kind == "stack":
-            v = base_scn.stack.numeric()[name] or ZERO_START_S
-            trial = dataclasses.replace(base_scn, stack=base_scn.stack.with_knobs({name: v * math.exp(h)}, "band"))
-        else:
-            v = base_scn.hardware.calibration_params()[name]
-            trial = dataclasses.replace(base_scn, hardware=base_scn.hardware.with_params({name: v * math.exp(h)},
-                                                                                        "band"))
-        pred = _predict(trial, memo) or base
+        v = (base_scn.stack.numeric()[name] or ZERO_START_S) if kind == "stack" else \
+            base_scn.hardware.calibration_params()[name]
+        pred = _predict(_with(base_scn, {k: v * math.exp(h)}, "band"), memo) or base
         grads.append({m: (math.log(pred[m] / base[m]) / h if base.get(m) and pred.get(m) else 0.0) for m in base})
     out = {}
     for m, v in base.items():

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfmodel.calibration import PRIOR_SIGMA_LOG, RESIDUAL_SIGMA_FLOOR_LOG, RUN_SIGMA_LOG, Z90
+from perfmodel.calibration import PRIOR_SIGMA_LOG, RESIDUAL_SIGMA_FLOOR_LOG, RUN_SIGMA_LOG, Z90, residual_scatter
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.scenario import build_scenario
@@ -108,7 +108,7 @@ def fit_scale(train: list[CaseCurve]) -> Fit:
 
     theta = float(minimize_scalar(objective, bounds=(lo, hi), method="bounded", options={"xatol": 1e-4}).x)
     resid = np.concatenate([c.at(theta) - c.log_measured for c in train])
-    sigma_resid = max(RESIDUAL_SIGMA_FLOOR_LOG, float(np.sqrt(np.mean(resid ** 2))))
+    sigma_resid = residual_scatter(resid)
     # Gauss-Newton information: sum of squared slopes over the residual variance, plus the prior's
     info = float(sum((c.slope(theta) ** 2).sum() for c in train)) / sigma_resid ** 2 + 1 / PRIOR_SIGMA_LOG ** 2
     return Fit(theta, 1 / math.sqrt(info), sigma_resid, len(train))

@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from perfmodel.calibration import (
-    apply_calibration_file,
     fit_calibration,
     load_calibration,
     prediction_band,
@@ -136,7 +135,7 @@ def test_band_is_wider_uncalibrated_and_brackets_the_prediction():
 
 def test_old_hardware_overlays_still_load(tmp_path):
     path = write_yaml(tmp_path / "old.yaml", {"hardware": "h100-sxm", "params": {"hbm_efficiency": 0.7}})
-    assert apply_calibration_file(path).hbm_efficiency == pytest.approx(0.7)
+    assert load_calibration(path).hardware_profile(load_hardware("h100-sxm")).hbm_efficiency == pytest.approx(0.7)
     assert load_calibration(path).hardware_params == {"hbm_efficiency": 0.7}
 
 

@@ -8,13 +8,10 @@ import shlex
 import sys
 
 from perfmodel.errors import InputError
+from perfmodel.inputs.stack import NUMERIC_KNOBS, PART_KNOBS
 
-TRAIN_KNOBS = ("train_compute_scale", "backward_compute_scale", "host_op_time_scale", "microbatch_host_s",
-               "optimizer_host_s")
-RL_TRAIN_KNOBS = ("log_probs_compute_scale",)
-RL_KNOBS = ("rollout_compute_scale", "rollout_decode_host_s", "rollout_request_host_s", "rollout_token_host_s",
-            "rollout_prefill_host_s",
-            "weight_update_fixed_s", "weight_update_tensor_s")
+# RL runs inform every knob; pretraining runs the training knobs except the log-prob passes'
+TRAIN_KNOBS = tuple(k for k in NUMERIC_KNOBS if k in PART_KNOBS["train"] and k != "log_probs_compute_scale")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stack", help="stack id to fit (framework[@release] as resolved; default: the runs' one stack)")
     p.add_argument("--hardware", help="only the runs on this hardware (required with --hardware-params)")
     p.add_argument("--params", help="comma-separated stack knobs (default: those the runs' figures depend on: "
-                   f"{', '.join(TRAIN_KNOBS)}, and for RL runs {', '.join(RL_KNOBS)})")
+                   f"{', '.join(TRAIN_KNOBS)}, and for RL runs every numeric knob)")
     p.add_argument("--hardware-params", help="comma-separated hardware parameters fitted jointly (e.g. "
                    "hbm_efficiency,gemm_max_efficiency_bf16); none by default: the hardware stays first principles")
     p.add_argument("--out", required=True, help="calibration overlay YAML to write")
@@ -66,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                          f"among the given cases (stacks there: {', '.join(stacks) or 'none'})")
     names = _names(args.params)
     if not names:
-        names = list(TRAIN_KNOBS) + (list(RL_TRAIN_KNOBS + RL_KNOBS) if any(c.rl for c, _ in loaded) else [])
+        names = list(NUMERIC_KNOBS if any(c.rl for c, _ in loaded) else TRAIN_KNOBS)
     cases = [c for c, _ in loaded]
     cal = fit_calibration(cases, names, _names(args.hardware_params), hardware=hw,
                           sources=[p for _, p in loaded],

@@ -104,13 +104,12 @@ def run(args: argparse.Namespace) -> int:
     from perfmodel.report.text import print_result
 
     run_spec, source = load_run_for_simulation(args)
-    scn = build_scenario(run_spec, source=source)
+    base = build_scenario(run_spec, source=source)
     cal = load_calibration(args.calibration) if args.calibration else None
     if cal is not None:
-        cal.check(scn, source)
-        scn = cal.apply(scn)
-    result = simulate_scenario(scn, record_trace=bool(args.trace))
-    bands = prediction_band(build_scenario(run_spec, source=source), cal) if args.band else {}
+        cal.check(base, source)
+    result = simulate_scenario(cal.apply(base) if cal else base, record_trace=bool(args.trace))
+    bands = prediction_band(base, cal) if args.band else {}
     if args.trace:
         from perfmodel.trace import write_trace
 
