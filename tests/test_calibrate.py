@@ -81,6 +81,19 @@ def test_uninformed_parameters_are_refused_and_kept(case_dict):
     assert cal.stack_params == pytest.approx({"train_compute_scale": 2.0, "weight_update_fixed_s": 0.05}, rel=0.02)
 
 
+def test_runs_tell_host_time_per_decode_step_from_per_request_and_per_token():
+    """Host time per decode step, per request and per token all start at 0: across runs with different response
+    lengths and request counts the one the runs point to is learned, not the one with the most occurrences (tokens
+    outnumber decode steps a hundredfold). One run alone cannot tell them apart (studies/calibration-loop)."""
+    records = [_measured_on(load_plan(p), p.stem, {"rollout_decode_host_s": 0.03})
+               for p in sorted(LOOP_PLANS.glob("loop-*.yaml"))[:3]]
+    cal = fit_calibration(records, ["rollout_decode_host_s", "rollout_request_host_s", "rollout_token_host_s"])
+    assert cal.stack_params["rollout_decode_host_s"] == pytest.approx(0.03, rel=0.05), cal.stack_params
+    assert cal.fit["residual_rms_log_after"] < 0.02
+    for name in ("rollout_request_host_s", "rollout_token_host_s"):  # refused, or next to nothing
+        assert f"stack.{name}" in cal.refused or cal.stack_params[name] < 1e-5, cal.stack_params
+
+
 def test_fit_recovers_a_hardware_efficiency_jointly(case_dict):
     hw = load_hardware("h100-sxm")
     true_eff = 0.8 * hw.calibration_params()["gemm_max_efficiency_fp8"]

