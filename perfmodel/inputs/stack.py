@@ -40,6 +40,9 @@ profile lists only what differs from `stacks/default.yaml`, which lists every kn
   gathers per step and how much of each the prefetch hides.
 - `fp8_recipe`: delayed, tensorwise (current scaling), blockwise or mxfp8: the quantization passes (HBM bytes and
   kernels) each recipe adds per FP8 GEMM input, forward and backward (`cost/train/layers.py::fp8_cast_work`).
+- `elementwise_fusion`: fused (TransformerEngine/Apex kernels, or torch.compile) or eager (each norm, RoPE and
+  gated activation a chain of ATen ops through HBM, `cost/train/eager.py`). A run's `stack_options.torch_compile`
+  sets it: true fused, false eager.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from perfmodel.inputs.loading import parse, read_mapping
 
 AttentionKernel = Literal["flash", "materialized"]
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
+ElementwiseFusion = Literal["fused", "eager"]
 
 
 def stacks_dir() -> Path:
@@ -71,7 +75,8 @@ class StackOptions(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
     attention_kernel: AttentionKernel | None = None
-    torch_compile: bool | None = None
+    torch_compile: bool | None = None  # sets elementwise_fusion (true: fused)
+    elementwise_fusion: ElementwiseFusion | None = None
     cuda_graphs: bool | None = None
     fp8_recipe: Fp8Recipe | None = None
     fsdp_reshard_after_forward: bool | None = None
@@ -108,7 +113,7 @@ ROLLOUT_KNOBS = ("rollout_compute_scale", "rollout_decode_host_s", "rollout_requ
 WEIGHT_UPDATE_KNOBS = ("memory_saver", "weight_update_fixed_s", "weight_update_tensor_s")
 KNOBS = ("attention_kernel", "host_device_overlap", "cuda_graphs", "pack_sequences", "memory_saver",
          "rollout_max_engines",
-         "fsdp_reshard_after_forward", "fp8_recipe", *NUMERIC_KNOBS)
+         "fsdp_reshard_after_forward", "fp8_recipe", "elementwise_fusion", *NUMERIC_KNOBS)
 PART_KNOBS = {
     "rollout": ROLLOUT_KNOBS,
     "weight_update": (*WEIGHT_UPDATE_KNOBS, "rollout_max_engines"),  # the update reads the engines' geometry
@@ -144,6 +149,7 @@ class Stack(BaseModel):
     weight_update_tensor_s: float = Field(0.0, ge=0)
     fsdp_reshard_after_forward: bool | None = True  # None: torchtitan's policy, True unless pipeline parallel
     fp8_recipe: Fp8Recipe = "delayed"
+    elementwise_fusion: ElementwiseFusion = "fused"
     ignored_options: tuple[str, ...] = ()  # stack_options the cost model does not price yet
     notes: tuple[str, ...] = ()
     sources: dict[str, str] = Field(default_factory=dict)
@@ -228,6 +234,10 @@ def resolve_stack(requested: str | None, options: StackOptions | None = None, so
     sources = {k: v.source for k, v in knobs.items()}
     ignored: list[str] = []
     for key, value in (options.model_dump(exclude_none=True) if options else {}).items():
+        if key == "torch_compile":  # compiled: Inductor fuses the elementwise chains; not: they run eagerly
+            key, value = "elementwise_fusion", "fused" if value else "eager"
+            if options.elementwise_fusion is not None:
+                continue  # stated outright: that wins
         if key in KNOBS:
             values[key], sources[key] = value, f"stack_options of {source or 'the run'}"
         else:

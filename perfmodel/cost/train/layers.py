@@ -112,7 +112,7 @@ def _mlp(b: Builder, name: str, f: FFNSpec, intermediate: float, s: Shard, rows:
     il = intermediate / s.tp
     up = 2 * il if f.gated else il
     b.gemm(f"{name}_fc1", rows, up, f.hidden_size, dtype=s.precision)
-    b.mem(f"{name}_act", rows * (up + il) * ACT_BYTES)
+    b.mem(f"{name}_glu" if f.gated else f"{name}_act", rows * (up + il) * ACT_BYTES)
     b.gemm(f"{name}_fc2", rows, f.hidden_size, il, dtype=s.precision)
     tp_block(b, s, f.hidden_size)
 
@@ -142,7 +142,7 @@ def ffn_work(f: FFNSpec, s: Shard, imbalance: float = 1.0) -> Work:
     il = f.expert_intermediate_size / s.etp
     up = 2 * il if f.gated else il
     b.gemm("experts_fc1", rows / local, up, h, batch=local, dtype=s.precision)
-    b.mem("experts_act", rows * (up + il) * ACT_BYTES)
+    b.mem("experts_glu" if f.gated else "experts_act", rows * (up + il) * ACT_BYTES)
     b.gemm("experts_fc2", rows / local, h, il, batch=local, dtype=s.precision)
     if f.num_shared_experts:
         _mlp(b, "shared", f, f.num_shared_experts * f.shared_intermediate_size, s, s.t_cp)

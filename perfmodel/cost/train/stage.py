@@ -26,6 +26,7 @@ from perfmodel.cost.comm import (
 from perfmodel.cost.compute import attention_time_s, gemm_time_s, memory_bound_time_s
 from perfmodel.cost.dispatch import dispatch_s
 from perfmodel.cost.params import stage_params
+from perfmodel.cost.train.eager import as_eager
 from perfmodel.cost.train.layers import (
     ACT_BYTES,
     Kernel,
@@ -109,7 +110,8 @@ def _kernel_time(hw: HardwareProfile, k: Kernel, backward: bool) -> float:
     return memory_bound_time_s(hw, nbytes, k.kernels)
 
 
-def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement]) -> _Times:
+def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement], eager: bool = False) -> _Times:
+    """Times of a work list; `eager`: its fused elementwise kernels run as chains of ATen ops (eager.py)."""
     t = _Times()
     dgrad_s = 0.0
     for g in w.gemms:
@@ -127,6 +129,7 @@ def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement]) -
                                    quantize=False)
     attn_fwd = attn_bwd = 0.0
     for k in w.kernels:
+        k = as_eager(k) if eager else k
         f, b = _kernel_time(hw, k, False), _kernel_time(hw, k, True)
         t.fwd += f
         if k.bwd_weight:
@@ -174,7 +177,7 @@ def shard_of(scn: Scenario, tokens: float, seq_len: int) -> Shard:
     lay, t = scn.layout, scn.train
     return Shard(tokens, seq_len, lay.tp, lay.cp, lay.ep, lay.etp, t.sequence_parallel and lay.tp > 1, t.precision,
                  t.moe_dispatcher == "deepep", scn.stack.attention_kernel,
-                 scn.stack.fp8_recipe)
+                 scn.stack.fp8_recipe, scn.stack.elementwise_fusion)
 
 
 def _places(scn: Scenario) -> dict[str, GroupPlacement]:
@@ -242,7 +245,7 @@ def _layer_times(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, Gr
 def _price_layer(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, GroupPlacement],
                  imbalance: float) -> tuple[_Times, float]:
     w = layer_work(scn.model, layer, s, imbalance)
-    return time_work(scn.hardware, w, places), w.model_flops_fwd
+    return time_work(scn.hardware, w, places, s.elementwise_fusion == "eager"), w.model_flops_fwd
 
 
 def _scaled(t: _Times, st: Stack) -> _Times:
@@ -276,6 +279,7 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
                 seq_len: int, moe: MoEAssumptions, memo: Memo) -> ChunkCost:
     hw, m = scn.hardware, scn.model
     s = shard_of(scn, tokens, seq_len)
+    eager = s.elementwise_fusion == "eager"
     places = _places(scn)
     recompute = scn.train.recompute
     total = _Times()
@@ -301,16 +305,16 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
 
     if first:
         w = embedding_work(m, s)
-        total.add(_scaled(time_work(hw, w, places), scn.stack))
+        total.add(_scaled(time_work(hw, w, places, eager), scn.stack))
     for layer in layers:
         add_layer(layer)
     if last:
         w = head_work(m, s)
-        total.add(_scaled(time_work(hw, w, places), scn.stack))
+        total.add(_scaled(time_work(hw, w, places, eager), scn.stack))
         model_flops_fwd += w.model_flops_fwd
         for layer in m.mtp_layers:
             w = mtp_work(m, layer, s, imbalance(layer))
-            total.add(_scaled(time_work(hw, w, places), scn.stack))
+            total.add(_scaled(time_work(hw, w, places, eager), scn.stack))
             model_flops_fwd += w.model_flops_fwd
     # the stack's host time per micro-batch through this chunk, each pass (schedule step, forward_step, loss, p2p
     # calls): paid on every pipeline rank, so pipeline parallelism does not divide it

@@ -42,6 +42,7 @@ class Shard:
     dedup_dispatch: bool = False  # DeepEP-style MoE dispatch: one copy per destination GPU / node
     attention_kernel: str = "flash"  # "flash" (fused) or "materialized" (scores and softmax through HBM)
     fp8_recipe: str = "delayed"  # how FP8 GEMM inputs are quantized (layers.py fp8_cast_work); unused in BF16
+    elementwise_fusion: str = "fused"  # "fused" kernels or "eager" ATen chains (eager.py)
 
     @property
     def t_cp(self) -> float:
