@@ -62,8 +62,9 @@ def test_calibrate_on_one_real_run_predict_another(tmp_path: Path) -> None:
     assert {m for role, m in rows if role == "held out"} >= {"rollout_time_s", "train_time_s", "step_time_s"}
     assert abs(rows["calibration", "step_time_s"]["calibrated_error"]) < 0.10, table  # the fit reproduces its run
     # the rollout's host costs, which first principles miss (SGLang's Python on the cores that compute), carry
-    # over from one run to another layout; every phase's error on two tiny runs is too noisy to compare (the
-    # study's three-by-three runs do)
+    # over from one run to another layout. Runs this small spread by +-25% from one launch to the next on a shared
+    # 2-core machine (the held-out plan's training phase measured 0.60, 0.68 and 0.77 s in three launches), so the
+    # step is held to a factor of 1.5 and no phase is compared finer: studies/calibration-loop does, on 3 + 3 runs
     held_rollout = rows["held out", "rollout_time_s"]
     assert abs(held_rollout["calibrated_error"]) < abs(held_rollout["zero_shot_error"]), table
-    assert abs(math.log(1 + rows["held out", "step_time_s"]["calibrated_error"])) < math.log(1.3), table
+    assert abs(math.log(1 + rows["held out", "step_time_s"]["calibrated_error"])) < math.log(1.5), table
