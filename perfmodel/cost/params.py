@@ -156,7 +156,7 @@ def params_on_rank(scn: Scenario, rank: int) -> tuple[float, float, float]:
         for layer in m.mtp_layers:
             loc, ex = layer_params_local(layer, lay.tp, lay.ep * lay.etp)
             dense, expert, non_gemm = dense + loc.params, expert + ex, non_gemm + loc.non_gemm
-        head = m.vocab_size * m.hidden_size / lay.tp
+        head = m.head_size * m.hidden_size / lay.tp
         if m.tie_word_embeddings:
             head = 0.0 if first else head  # tied: shares the first stage's table, else keeps a synced copy
         if m.mtp_layers and not first:
@@ -195,7 +195,7 @@ def stage_params(scn: Scenario, stage: int) -> ShardParams:
     if stage == 0:
         total = total + ShardParams(m.embedding_params() / lay.tp, 0.0)
     if stage == pp - 1:
-        head = (m.vocab_size * m.hidden_size / lay.tp) if not m.tie_word_embeddings or pp > 1 else 0.0
+        head = (m.head_size * m.hidden_size / lay.tp) if not m.tie_word_embeddings or pp > 1 else 0.0
         total = total + ShardParams(head + m.final_params, 0.0)
         for layer in m.mtp_layers:
             total = total + layer_params_per_gpu(layer, lay.tp, lay.ep, lay.etp)

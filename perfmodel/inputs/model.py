@@ -7,6 +7,7 @@ RoPE tables and KV caches are buffers, not parameters, and are not counted.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,12 +161,24 @@ class ModelSpec:
     max_position_embeddings: int = 0
     learned_positions: int = 0  # rows of a learned position table (GPT-2); 0 with RoPE
     final_params: int = 0  # final norm (+ DSV4 hc_head_{fn,base,scale} that folds the streams before the head)
+    value_head: bool = False  # a PPO critic: the LM head replaced by hidden -> 1 (Miles LinearForLastLayer)
+
+    @property
+    def head_size(self) -> int:
+        """Outputs of the head per token: the vocabulary, or the critic's one value."""
+        return 1 if self.value_head else self.vocab_size
+
+    def as_critic(self) -> ModelSpec:
+        """The PPO critic Miles builds from the actor's model: same layers, a value head, untied embeddings, no MTP
+        (docs/rl-phases.md, Miles section 4.3)."""
+        return dataclasses.replace(self, id=f"{self.id}:critic", value_head=True, tie_word_embeddings=False,
+                                   mtp_layers=())
 
     def embedding_params(self) -> int:
         return (self.vocab_size + self.learned_positions) * self.hidden_size
 
     def lm_head_params(self) -> int:
-        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+        return 0 if self.tie_word_embeddings else self.head_size * self.hidden_size
 
     @property
     def num_moe_layers(self) -> int:
@@ -183,7 +196,7 @@ class ModelSpec:
         The embedding table is a row gather, so it is left out by default, as DeepSeek and OpenAI count;
         Qwen's published active counts include it (include_embedding=True)."""
         body = sum(layer.params_active() for layer in self._stack(include_mtp))
-        head = self.vocab_size * self.hidden_size
+        head = self.head_size * self.hidden_size
         emb = self.embedding_params() if include_embedding else 0
         return emb + head + self.final_params + body
 

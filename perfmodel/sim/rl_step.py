@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfmodel.cost.memory.training import training_memory
 from perfmodel.cost.serve.weight_update import WeightUpdateResult, weight_update_time
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.memo import Memo
@@ -33,9 +34,18 @@ class TrainSide:
     log_probs: TrainStepResult
     ref_log_probs: TrainStepResult | None
     train: TrainStepResult
-    critic: TrainStepResult | None  # PPO: the critic's value pass and update
+    critic: TrainStepResult | None  # PPO: the critic's update (value loss)
     microbatches_per_rank: int
     tokens: int
+    values: TrainStepResult | None = None  # PPO: the critic's value pass over the rollout, before its update
+    critic_swap_s: float = 0.0  # PPO: the critic onloaded and offloaded around its work (it shares the actor's GPUs)
+
+    @property
+    def critic_time_s(self) -> float:
+        """Miles' critic_train: value pass, advantages, update (plus moving the critic on and off the GPUs)."""
+        if self.critic is None:
+            return 0.0
+        return (self.values.step_time_s if self.values else 0.0) + self.critic.step_time_s + self.critic_swap_s
 
     @property
     def log_probs_time_s(self) -> float:
@@ -47,7 +57,7 @@ class TrainSide:
 
     @property
     def train_time_s(self) -> float:
-        return self.train.step_time_s + (self.critic.step_time_s if self.critic else 0.0)
+        return self.train.step_time_s + self.critic_time_s
 
     @property
     def total_s(self) -> float:
@@ -208,11 +218,28 @@ def _train_side(scn: Scenario, lengths: list[int], record_trace: bool, memo: Mem
         pack(lengths[i::steps]) for i in range(steps)]
     train = TrainStepResult.consecutive(
         [simulate_train_step(scn, share, record_trace=record_trace, memo=memo) for share in shares])
-    critic = None
-    if rl.algorithm == "ppo":  # the critic (same shape as the actor in Miles' PPO) computes values and trains
-        critic = TrainStepResult.consecutive([simulate_train_step(scn, share, memo=memo) for share in shares])
-    side = TrainSide(log_probs, ref, train, critic, len(mbs), sum(lengths))
-    return side
+    critic = values = None
+    swap_s = 0.0
+    if rl.algorithm == "ppo":
+        # Miles' PPO (docs/rl-phases.md, Miles 4.3-4.4): the critic is the actor's model with a value head, on the
+        # actor's GPUs with the actor's layout and batches; each step it wakes, computes values over the rollout,
+        # trains on the value loss and sleeps, before the actor does the same
+        critic_scn = dataclasses.replace(scn, model=scn.model.as_critic())
+        values = simulate_train_step(critic_scn, mbs, forward_only=True, memo=memo)
+        critic = TrainStepResult.consecutive([simulate_train_step(critic_scn, share, memo=memo) for share in shares])
+        swap_s = critic_swap_s(critic_scn)
+    return TrainSide(log_probs, ref, train, critic, len(mbs), sum(lengths), values, swap_s)
+
+
+def critic_swap_s(critic_scn: Scenario) -> float:
+    """The critic's weights and optimizer state onloaded before its work and offloaded after it, over the host link
+    (torch_memory_saver resume / pause with a CPU backup; Miles forces offload_train for PPO, colocated or not,
+    since actor and critic share the GPUs). 0 on a stack that keeps both resident (memory_saver off)."""
+    if not critic_scn.stack.memory_saver:
+        return 0.0
+    tm = training_memory(critic_scn)
+    hw = critic_scn.hardware
+    return 2.0 * (tm.weights_bytes + tm.optimizer_bytes) / (hw.host_link_bytes_per_s * hw.host_link_efficiency)
 
 
 def simulate_rollout_side(scn: Scenario, seed: int = 0, memo: Memo | None = None) -> RolloutResult:
@@ -262,10 +289,11 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
     bd["log_probs"] = side.log_probs_time_s + side.ref_log_probs_time_s
     tb = side.train.breakdown_s
     bd |= training_parts(tb)
-    if side.critic is not None:
-        bd["train_compute"] += side.critic.step_time_s
     bd["weight_sync"] = wu.total_s
     bd["offload"] = offload
+    if side.critic is not None:  # the critic's passes and their bubbles and comms, as compute; its swap, offload
+        bd["train_compute"] += side.critic_time_s - side.critic_swap_s
+        bd["offload"] += side.critic_swap_s
     bd["other"] = max(0.0, step - sum(bd.values()))
 
     actor, rollout_gpus = rl.actor_gpus, rl.rollout_gpus
@@ -291,6 +319,9 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
         spans.append(Span("rl step", "phases", "rollout", 0.0, rollout.rollout_time_s))
         if offload:
             spans.append(Span("rl step", "phases", "release_and_onload", rollout.rollout_time_s, offload))
+        if side.critic is not None:  # Miles runs the critic first, then the actor
+            spans.append(Span("rl step", "phases", "critic_train", t0, side.critic_time_s))
+            t0 += side.critic_time_s
         spans.append(Span("rl step", "phases", "log_probs", t0, side.log_probs_time_s))
         t1 = t0 + side.log_probs_time_s + side.ref_log_probs_time_s
         spans.append(Span("rl step", "phases", "actor_train", t1, side.train.step_time_s))

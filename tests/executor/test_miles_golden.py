@@ -159,3 +159,27 @@ def test_dry_run_text(tmp_path, capsys):
     assert "#   NCCL_IB_TC=160" in text
     assert "deepseek-v4-flash.py" in text and "deepseek-v4-flash.sh" in text
     assert render_dry_run(result.launch, str(SEED)) == text
+
+
+# Miles' PPO and critic arguments as its parser defines them (radixark/miles 31f1ca961,
+# miles/utils/arguments.py::add_algo_arguments; docs/rl-phases.md, Miles section 4.1), with Miles' defaults.
+MILES_PPO_FLAGS = {"--advantage-estimator": ["ppo"], "--value-clip": ["0.2"], "--gamma": ["1.0"], "--lambd": ["1.0"],
+                   "--critic-lr": ["1e-06"], "--num-critic-only-steps": ["0"]}
+
+
+def test_ppo_launch_passes_the_critic_arguments_miles_defines():
+    plan = load_plan(SEED)
+    ppo = plan.model_copy(update={"rl": plan.rl.model_copy(update={"algorithm": "ppo"})})
+    launch = build_miles_launch(ppo, str(SEED), run_id="golden-ppo")
+    for flag, value in MILES_PPO_FLAGS.items():
+        assert launch.values(flag) == value, f"{flag}: {launch.values(flag)}"
+    # the critic shares the actor's GPUs and swaps with it: its weights need the CPU backup Miles keeps
+    assert not launch.has("--disable-weights-backuper") and not launch.has("--kl-coef")
+    assert any("critic" in n for n in launch.notes)
+    opts = {**plan.executor.options, "critic_lr": 5e-6, "critic_load": "/ckpt/critic", "normalize_advantages": True}
+    tuned = ppo.model_copy(update={"executor": plan.executor.model_copy(update={"options": opts})})
+    launch = build_miles_launch(tuned, str(SEED), run_id="golden-ppo")
+    assert launch.values("--critic-lr") == ["5e-06"] and launch.values("--critic-load") == ["/ckpt/critic"]
+    assert launch.has("--normalize-advantages")
+    flags = [a for a in launch.train_args if a.startswith("--")]
+    assert len(flags) == len(set(flags))

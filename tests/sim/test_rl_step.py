@@ -4,6 +4,7 @@ GPU-idle accounting, on the seed run (DeepSeek-V4-Flash GRPO on 4 MI355X nodes).
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
@@ -15,6 +16,7 @@ from tests.conftest import REPO
 
 SEED = load_plan(REPO / "examples" / "seed-mi355x-dsv4.yaml")
 BASE = SEED.model_dump(mode="json", by_alias=True, include={"kind", "hardware", "gpus", "model", "train", "rl"})
+SEED_SCN = build_scenario(RunSpec.model_validate(BASE))
 
 
 def _result(**rl_updates):
@@ -85,9 +87,47 @@ def test_reference_pass_and_ppo_critic_add_time(sync):
     data["rl"]["log_probs"] = {"ref_model": True}
     with_ref = simulate_scenario(build_scenario(RunSpec.model_validate(data))).rl
     assert with_ref.phases_s["ref_log_probs"] == pytest.approx(sync.phases_s["log_probs"], rel=1e-6)
-    data["rl"]["algorithm"] = "ppo"
-    ppo = simulate_scenario(build_scenario(RunSpec.model_validate(data))).rl
-    assert ppo.phases_s["train"] > 1.5 * sync.phases_s["train"]
+
+
+def test_ppo_runs_miles_critic_before_the_actor(sync):
+    """Miles' PPO (docs/rl-phases.md, Miles 4.3-4.4): the critic is the actor's model with a value head (no
+    vocabulary head, no MTP) on the actor's GPUs; it wakes, computes values over the rollout, trains and sleeps,
+    then the actor does its log-prob pass and training."""
+    from perfmodel.cost.memory.training import training_memory
+
+    data = copy.deepcopy(BASE)
+    data["rl"].update(**{"async": False}, algorithm="ppo")
+    scn = build_scenario(RunSpec.model_validate(data))
+    ppo = simulate_scenario(scn, record_trace=True).rl
+    side, grpo = ppo.train_side, sync.train_side
+    assert side.values is not None and side.critic is not None
+    # the value pass is a forward over the rollout without the 129k-vocabulary head: cheaper than the log-probs
+    assert 0.5 * grpo.log_probs_time_s < side.values.step_time_s < grpo.log_probs_time_s
+    assert 0.5 * grpo.train.step_time_s < side.critic.step_time_s < grpo.train.step_time_s
+    # its weights and optimizer state move on and off the GPUs once each per step, over the host link
+    critic = dataclasses.replace(scn, model=scn.model.as_critic())
+    tm = training_memory(critic)
+    host = scn.hardware.host_link_bytes_per_s * scn.hardware.host_link_efficiency
+    assert side.critic_swap_s == pytest.approx(2 * (tm.weights_bytes + tm.optimizer_bytes) / host, rel=1e-9)
+    assert ppo.phases_s["train"] == pytest.approx(grpo.train.step_time_s + side.values.step_time_s
+                                                  + side.critic.step_time_s + side.critic_swap_s, rel=1e-9)
+    assert ppo.step_time_s == pytest.approx(sum(ppo.phases_s.values()), rel=1e-9)
+    assert ppo.breakdown_s["offload"] == pytest.approx(side.critic_swap_s, rel=1e-9)  # disaggregated: no other
+    phases = {sp.name: sp for sp in ppo.spans() if sp.track == "phases"}
+    assert phases["critic_train"].start_s + phases["critic_train"].dur_s == pytest.approx(phases["log_probs"].start_s)
+    # a stack that keeps both models resident moves nothing
+    resident = dataclasses.replace(scn, stack=scn.stack.with_knobs({"memory_saver": False}, "test"))
+    assert simulate_scenario(resident).rl.train_side.critic_swap_s == 0.0
+
+
+def test_the_critic_model_has_a_value_head():
+    m = SEED_SCN.model
+    c = m.as_critic()
+    assert c.head_size == 1 and c.mtp_layers == () and not c.tie_word_embeddings and c.id != m.id
+    assert c.total_params() == m.total_params() - m.lm_head_params() + m.hidden_size
+    from perfmodel.cost.train.flops import head_model_flops_fwd
+
+    assert head_model_flops_fwd(c) == 2.0 * m.hidden_size
 
 
 def test_training_sees_the_rollout_samples(sync):

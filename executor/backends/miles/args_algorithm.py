@@ -1,5 +1,5 @@
-"""Miles train arguments for the RL algorithm and its batch: GRPO, the prompt data and rollout batch, the optimizer,
-how many optimizer steps a rollout feeds, and evaluation."""
+"""Miles train arguments for the RL algorithm and its batch: GRPO or PPO (with its critic), the prompt data and
+rollout batch, the optimizer, how many optimizer steps a rollout feeds, and evaluation."""
 
 from __future__ import annotations
 
@@ -26,8 +26,11 @@ class BatchShape:
 
 
 def check_algorithm(rl: RLSpec, src: str) -> None:
-    if rl.algorithm != "grpo":
-        raise fail(src, "rl.algorithm", "the miles backend builds GRPO launches (PPO needs a critic model)")
+    """Miles runs GRPO and PPO; its PPO (`--advantage-estimator ppo`) builds the critic itself from the actor's
+    arguments on the actor's GPUs (miles_validate_args, create_placement_groups): nothing in a plan can ask for
+    another critic placement, so none is refused here."""
+    if rl.algorithm not in ("grpo", "ppo"):
+        raise fail(src, "rl.algorithm", f"{rl.algorithm!r}: the miles backend builds grpo and ppo launches")
 
 
 def batch_shape(plan: Plan, sc: Scenario, src: str) -> BatchShape:
@@ -96,10 +99,22 @@ def optimizer_args(t: TrainSpec, opts: MilesOptions) -> ArgGroup:
     return ArgGroup(a)
 
 
-def grpo_args(rl: RLSpec, opts: MilesOptions) -> ArgGroup:
-    g = ArgGroup(["--advantage-estimator", "grpo", "--kl-loss-coef", fmt(opts.kl_loss_coef), "--kl-loss-type",
+def algorithm_args(rl: RLSpec, opts: MilesOptions) -> ArgGroup:
+    """The policy loss (GRPO or PPO) and, for PPO, the critic Miles trains beside the actor. Miles' PPO asserts
+    kl_coef == 0 (a KL penalty goes through --use-kl-loss), which the launch never sets."""
+    g = ArgGroup(["--advantage-estimator", rl.algorithm, "--kl-loss-coef", fmt(opts.kl_loss_coef), "--kl-loss-type",
                   opts.kl_loss_type, "--entropy-coef", fmt(opts.entropy_coef), "--eps-clip", fmt(opts.eps_clip),
                   "--eps-clip-high", fmt(opts.eps_clip_high)])
+    if rl.algorithm == "ppo":
+        g.args += ["--value-clip", fmt(opts.value_clip), "--gamma", fmt(opts.gamma), "--lambd", fmt(opts.lambd),
+                   "--critic-lr", fmt(opts.critic_lr if opts.critic_lr is not None else opts.lr),
+                   "--num-critic-only-steps", str(opts.num_critic_only_steps)]
+        if opts.critic_load:
+            g.args += ["--critic-load", opts.critic_load]
+        if opts.normalize_advantages:
+            g.args += ["--normalize-advantages"]
+        g.notes.append("ppo: Miles builds the critic from the actor's model with a value head, on the actor's GPUs, "
+                       "and offloads both between their passes (offload_train)")
     if rl.log_probs.ref_model:
         g.args += ["--use-kl-loss"]
         if opts.kl_loss_coef == 0:
@@ -113,7 +128,7 @@ def grpo_args(rl: RLSpec, opts: MilesOptions) -> ArgGroup:
 def step_behaviour_args(rl: RLSpec, opts: MilesOptions) -> ArgGroup:
     """Switches on how a step runs: the weights backup (needed only for a reference model), determinism, R3."""
     a: list[str] = []
-    if not rl.log_probs.ref_model:
+    if not rl.log_probs.ref_model and rl.algorithm != "ppo":  # PPO: actor and critic swap on the same GPUs
         a += ["--disable-weights-backuper"]
     if opts.deterministic:
         a += ["--deterministic-mode"]

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 from executor.backends.miles import recipes as R
 from executor.backends.miles.args_algorithm import (
+    algorithm_args,
     batch_shape,
     check_algorithm,
     data_args,
     eval_args,
-    grpo_args,
     optimizer_args,
     step_behaviour_args,
 )
@@ -107,7 +107,7 @@ def train_args(plan: Plan, sc: Scenario, opts: MilesOptions, recipe: R.ModelReci
         checkpoint_args(rl.rollout, opts, recipe),
         data_args(rl, t, opts, batch, fully_async),
         optimizer_args(t, opts),
-        grpo_args(rl, opts),
+        algorithm_args(rl, opts),
         wandb_args(opts, run_id),
         parallelism_args(t, sc, batch.ctx),
         memory_args(t, opts, recipe, src),

@@ -72,6 +72,14 @@ class MilesOptions(BaseModel):
     kl_loss_coef: float = Field(0.0, ge=0.0)
     kl_loss_type: str = "low_var_kl"
     entropy_coef: float = Field(0.0, ge=0.0)
+    # PPO (rl.algorithm: ppo): Miles' critic arguments and defaults (miles/utils/arguments.py, docs/rl-phases.md)
+    value_clip: float = Field(0.2, ge=0.0, description="--value-clip")
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="--gamma (GAE)")
+    lambd: float = Field(1.0, ge=0.0, le=1.0, description="--lambd (GAE lambda)")
+    critic_lr: float | None = Field(None, gt=0.0, description="--critic-lr (Miles: the actor's lr when unset)")
+    critic_load: str | None = Field(None, description="--critic-load (Miles: --load when unset)")
+    num_critic_only_steps: int = Field(0, ge=0, description="--num-critic-only-steps (actor frozen meanwhile)")
+    normalize_advantages: bool = Field(False, description="--normalize-advantages")
     lr: float = Field(1e-6, gt=0.0)
     lr_decay_style: str = "constant"
     weight_decay: float = Field(0.1, ge=0.0)

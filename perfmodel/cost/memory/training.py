@@ -315,7 +315,7 @@ def activations_on_rank(scn: Scenario, rank: int, expert_load_imbalance: float =
         held.extend(m.mtp_layers)
         # one micro-batch reaches the loss at a time: final norm input/output, FP32 logits kept by the
         # vocab-parallel cross entropy (Megatron: s b h 4 (1 + V/h) / t); mHC folds hc streams before the head.
-        head = tokens * (2 * BF16 * m.hidden_size / rep + FP32 * m.vocab_size / lay.tp)
+        head = tokens * (2 * BF16 * m.hidden_size / rep + FP32 * m.head_size / lay.tp)
         head += tokens * BF16 * m.hc_mult * m.hidden_size / rep if m.hc_mult > 1 else 0.0
         for layer in m.mtp_layers:
             total += layer_bytes(layer, t.recompute)

@@ -90,7 +90,8 @@ def layer_model_flops_fwd(model: ModelSpec, layer: LayerSpec, seq_len: int, mtp:
 def head_model_flops_fwd(model: ModelSpec, mtp_heads: int | None = None) -> float:
     """Forward FLOPs per token of the LM head (the main one plus one per MTP layer)."""
     n = len(model.mtp_layers) if mtp_heads is None else mtp_heads
-    return 2.0 * model.hidden_size * padded_vocab(model.vocab_size) * (1 + n)
+    outputs = 1 if model.value_head else padded_vocab(model.vocab_size)  # a critic's value head: one output
+    return 2.0 * model.hidden_size * outputs * (1 + n)
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int, include_mtp: bool = True) -> float:

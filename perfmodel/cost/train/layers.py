@@ -231,7 +231,7 @@ def head_work(model: ModelSpec, s: Shard) -> Work:
     if n > 1:
         b.mem("hc_head", s.t_sp * (n * h + h) * ACT_BYTES, 2.0 * s.t_sp * n * h * n)
     b.mem("final_norm", s.t_sp * h * ACT_BYTES * 2)
-    vl = model.vocab_size / s.tp
+    vl = model.head_size / s.tp  # a critic's value head: one output per token
     rows = s.t_cp
     b.gemm("lm_head", rows, vl, h)
     b.mem("cross_entropy", rows * vl * CE_FWD_BYTES_PER_LOGIT, 5.0 * rows * vl, kernels=4, bwd_factor=0.4,

@@ -209,7 +209,7 @@ def _train_key(scn: Scenario, memo: Memo) -> tuple:
 
 
 def _model_key(m: ModelSpec) -> tuple:
-    return (m.id, m.family, m.hidden_size, m.num_layers, m.vocab_size)
+    return (m.id, m.family, m.hidden_size, m.num_layers, m.vocab_size, m.value_head)
 
 
 def chunk_cost(scn: Scenario, virtual_stage: int, tokens: int, seq_len: int,
