@@ -1,4 +1,4 @@
-"""The measurement record schema: one `RunRecord` per launch, one `StepRecord` per GRPO step.
+"""The measurement record schema: one `RunRecord` per launch, one `StepRecord` per RL step (GRPO or PPO).
 
 Units are in the names (_s seconds, _bytes bytes). Phase names match perfmodel's `Measured` fields where they
 exist (rollout_time_s, log_probs_time_s, train_time_s, weight_update_time_s, step_time_s) so `executor show`
@@ -17,13 +17,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-PHASES = ("rollout", "log_probs", "train", "weight_update", "offload", "onload", "step")
+PHASES = ("rollout", "log_probs", "train", "critic", "weight_update", "offload", "onload", "step")
 
 
 @dataclass
 class MicroBatchTiming:
     rank: int
-    pass_name: str  # "log_probs" or "train"
+    pass_name: str  # "log_probs", "train" or "critic" (PPO: its value pass and update)
     index: int
     forward_s: float | None
     backward_s: float | None
@@ -33,14 +33,15 @@ class MicroBatchTiming:
 class StepRecord:
     step: int
     started_at: float  # unix time
-    phases_s: dict[str, float | None]  # keys: PHASES; None where a phase does not apply (offload on CPU)
+    phases_s: dict[str, float | None]  # keys: PHASES; None where a phase does not apply (offload on CPU, critic
+    # in GRPO); PPO's train includes its critic's time
     tokens: dict[str, int]  # prompt, response, train (padded), per step
     reward_mean: float
     reward_std: float
     train_rollout_logprob_abs_diff: float
     train_rollout_kl: float
     rollout_log_prob_mean: float  # sample mean of the sampled tokens' mean log-prob: how peaked the policy is
-    train_stats: dict[str, float]  # pg_loss, pg_clipfrac, ppo_kl, grad_norm, (tis_clipfrac)
+    train_stats: dict[str, float]  # pg_loss, pg_clipfrac, ppo_kl, grad_norm, (tis_clipfrac); PPO: critic_*
     weight_update: dict[str, Any]  # quantize_s, transfer_s, tensors, payload_bytes, engine_format, ...
     peak_rss_bytes: dict[str, int]  # "rank0", "rank1", "engine" -> VmHWM
     micro_batches: list[MicroBatchTiming] = field(default_factory=list)

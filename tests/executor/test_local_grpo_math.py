@@ -87,3 +87,38 @@ def test_grpo_sample_losses_on_policy_gradient_is_minus_advantage() -> None:
     # ratio 1 on policy: loss = mean(-ratio * A), d/dlp = -A * ratio / tokens
     assert torch.allclose(lp.grad, torch.tensor([-0.25, -0.25]))
     assert float(stats["ppo_kl"]) == 0.0 and float(stats["tis_clipfrac"]) == 0.0
+
+
+def test_gae_puts_the_outcome_on_the_last_token_and_discounts_back() -> None:
+    from executor.backends.local.grpo import gae
+
+    values = torch.tensor([0.2, 0.5, 0.4])
+    # gamma = lambda = 1 (Miles' defaults): A_t = R - V_t, returns = R on every token
+    adv, ret = gae(1.0, values)
+    assert torch.allclose(adv, torch.tensor([0.8, 0.5, 0.6])) and torch.allclose(ret, torch.ones(3))
+    # by hand, gamma 0.9, lambda 0.5: deltas d2 = 1 - 0.4, d1 = 0.9 * 0.4 - 0.5, d0 = 0.9 * 0.5 - 0.2
+    adv, ret = gae(1.0, values, gamma=0.9, lambd=0.5)
+    d2, d1, d0 = 0.6, 0.36 - 0.5, 0.45 - 0.2
+    a2, a1 = d2, d1 + 0.45 * d2
+    assert torch.allclose(adv, torch.tensor([d0 + 0.45 * a1, a1, a2])) and torch.allclose(ret, adv + values)
+
+
+def test_value_loss_is_half_the_larger_squared_error_of_the_clipped_and_plain_values() -> None:
+    from executor.backends.local.grpo import value_sample_losses
+
+    v, old, ret = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 0.0]), torch.tensor([0.0, 0.5])
+    loss, stats = value_sample_losses([v], [old], [ret], value_clip=0.2)
+    # token 0: plain (1 - 0)^2 = 1, clipped (0.2 - 0)^2 = 0.04 -> 0.5; token 1: both 0.25 -> 0.125; sample mean
+    assert float(loss) == pytest.approx((0.5 + 0.125) / 2)
+    assert float(stats["value_clipfrac"]) == 0.0  # the plain error was the larger one
+    v.requires_grad_(True)
+    loss, _ = value_sample_losses([v], [old], [ret], value_clip=0.2)
+    loss.backward()
+    assert v.grad.tolist() == pytest.approx([0.5, -0.25])  # d/dv 0.5 (v - R)^2 / 2 tokens
+
+
+def test_ppo_policy_loss_takes_per_token_advantages() -> None:
+    lp = torch.tensor([-1.0, -2.0], requires_grad=True)
+    loss, _ = grpo_sample_losses([lp], [lp.detach()], [lp.detach()], [torch.tensor([1.0, -3.0])], use_tis=False)
+    loss.backward()
+    assert lp.grad.tolist() == pytest.approx([-0.5, 1.5])  # on policy: -A_t / tokens

@@ -1,4 +1,5 @@
-"""GRPO math as Miles does it (miles/utils/ppo_utils.py, loss_hub/losses.py), on lists of per-sample tensors.
+"""GRPO and PPO math as Miles does it (miles/utils/ppo_utils.py, loss_hub/losses.py), on lists of per-sample
+tensors.
 
 - advantages: rewards normalized inside each group of samples of one prompt: (r - mean) / (std + 1e-6),
   std with Bessel's correction (torch.std), broadcast to every response token;
@@ -9,6 +10,9 @@
 - the train/rollout gap: `train_rollout_logprob_abs_diff` = sample mean of |old - rollout| and
   `train_rollout_kl` = k3 estimate of KL(rollout || train) at the sampled tokens, clamped to [-10, 10] per token.
   Both are reported per step as the mean over samples (Miles' per-step value: sum_of_sample_mean / samples).
+- PPO (`--advantage-estimator ppo`): the outcome reward sits on a sample's last response token; GAE turns it and the
+  critic's values into per-token advantages and returns (gamma, lambda: Miles --gamma, --lambd, both 1.0 by
+  default); the critic regresses the returns with the clipped value loss (--value-clip 0.2).
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ def grpo_sample_losses(
     log_probs: Sequence[torch.Tensor],
     old_log_probs: Sequence[torch.Tensor],
     rollout_log_probs: Sequence[torch.Tensor],
-    advantages: Sequence[float],
+    advantages: Sequence[float | torch.Tensor],
     use_tis: bool,
     eps_clip: float = EPS_CLIP,
     eps_clip_high: float = EPS_CLIP_HIGH,
@@ -100,7 +104,9 @@ def grpo_sample_losses(
     """`sum_of_sample_mean` of the per-token GRPO loss over a micro-batch of samples, plus detached stats."""
     losses, clipfracs, ppo_kls, tis_fracs = [], [], [], []
     for lp, old, roll, adv in zip(log_probs, old_log_probs, rollout_log_probs, advantages, strict=True):
-        adv_t = torch.full_like(lp, float(adv), dtype=torch.float32)
+        # GRPO: one advantage per sample, on every token; PPO: GAE's per-token advantages
+        adv_t = (adv.to(lp.device).float() if isinstance(adv, torch.Tensor)
+                 else torch.full_like(lp, float(adv), dtype=torch.float32))
         loss, clip = policy_loss(lp.float(), old.float(), adv_t, eps_clip, eps_clip_high)
         if use_tis:
             w, frac = tis_weights(old, roll, 0.0, tis_clip)
@@ -113,3 +119,36 @@ def grpo_sample_losses(
     if use_tis:
         stats["tis_clipfrac"] = sum_of_sample_mean(tis_fracs).detach()
     return sum_of_sample_mean(losses), stats
+
+
+def gae(reward: float, values: torch.Tensor, gamma: float = 1.0, lambd: float = 1.0) -> tuple[torch.Tensor,
+                                                                                             torch.Tensor]:
+    """Per-token advantages and returns of one sample whose reward is its outcome, on the last response token:
+    delta_t = r_t + gamma V_{t+1} - V_t (the value after the last token is 0), A_t = sum_k (gamma lambda)^k
+    delta_{t+k}, returns = A + V."""
+    v = values.detach().float().cpu()
+    n = v.numel()
+    adv = torch.zeros(n)
+    last = 0.0
+    for t in reversed(range(n)):
+        r = float(reward) if t == n - 1 else 0.0
+        following = float(v[t + 1]) if t + 1 < n else 0.0
+        last = r + gamma * following - float(v[t]) + gamma * lambd * last
+        adv[t] = last
+    return adv, adv + v
+
+
+def value_sample_losses(
+    values: Sequence[torch.Tensor], old_values: Sequence[torch.Tensor], returns: Sequence[torch.Tensor],
+    value_clip: float = 0.2,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """`sum_of_sample_mean` of the clipped value loss 0.5 max((V - R)^2, (V_old + clip(V - V_old) - R)^2) (PPO2's,
+    the one Miles' --value-clip clips) over a micro-batch, plus its clip fraction."""
+    losses, clipfracs = [], []
+    for v, old, ret in zip(values, old_values, returns, strict=True):
+        v, old, ret = v.float(), old.to(v.device).float(), ret.to(v.device).float()
+        clipped = old + (v - old).clamp(-value_clip, value_clip)
+        plain, clip = (v - ret) ** 2, (clipped - ret) ** 2
+        losses.append(0.5 * torch.maximum(plain, clip))
+        clipfracs.append(torch.gt(clip, plain).float())
+    return sum_of_sample_mean(losses), {"value_clipfrac": sum_of_sample_mean(clipfracs).detach()}

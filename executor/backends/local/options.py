@@ -30,5 +30,10 @@ class LocalOptions(BaseModel):
     use_tis: bool = Field(False, description="truncated importance sampling (Miles --use-tis)")
     tis_clip: float = Field(2.0, gt=0)
     std_normalize: bool = Field(True, description="divide group-centred rewards by the group std")
+    # PPO (rl.algorithm: ppo), with Miles' defaults: the critic trains at the actor's lr unless critic_lr is set
+    gamma: float = Field(1.0, ge=0, le=1, description="GAE discount (Miles --gamma)")
+    lambd: float = Field(1.0, ge=0, le=1, description="GAE lambda (Miles --lambd)")
+    value_clip: float = Field(0.2, gt=0, description="clip of the value loss (Miles --value-clip)")
+    critic_lr: float | None = Field(None, gt=0, description="critic Adam learning rate (Miles --critic-lr)")
     torch_threads: int = Field(0, ge=0, description="threads per trainer process; 0: cores / processes")
     engine_start_timeout_s: float = Field(300, gt=0)

@@ -1,9 +1,12 @@
-"""The actor: megatron-core GPTModel (BF16 params, FP32 Adam main weights), DDP, pipeline schedules.
+"""The actor (and PPO's critic): megatron-core GPTModel (BF16 params, FP32 Adam main weights), DDP, pipeline
+schedules.
 
-One instance per torchrun rank. `compute_log_probs` is Miles' `compute_log_prob` pass (forward only, the
-old-policy log-probs of the sampled tokens); `train` runs one optimizer step per mini-batch with the GRPO loss;
-`hf_tensors_on_rank0` gathers this step's BF16 weights from every PP/EP rank under Hugging Face names.
-Call `cpu_shims.apply_megatron_shims()` before constructing it.
+One instance per model per torchrun rank. `compute_log_probs` is Miles' `compute_log_prob` pass (forward only, the
+old-policy log-probs of the sampled tokens); `train` runs one optimizer step per mini-batch with the GRPO/PPO policy
+loss; `hf_tensors_on_rank0` gathers this step's BF16 weights from every PP/EP rank under Hugging Face names. The
+critic (`value_head=True`) is the same model with its LM head replaced by hidden -> 1, as Miles builds it
+(`LinearForLastLayer`): `compute_values` and `train_critic` (clipped value loss). Call
+`cpu_shims.apply_megatron_shims()` before constructing either.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from executor.backends.local.cpu_shims import needs_cpu_shims
-from executor.backends.local.grpo import grpo_sample_losses
+from executor.backends.local.grpo import grpo_sample_losses, value_sample_losses
 from executor.backends.local.options import LocalOptions
 from executor.backends.local.tiny_model import TinyArch, build_gpt_model, megatron_to_hf, transformer_config
 
@@ -29,17 +32,23 @@ class TrainBatch:
     tokens: torch.Tensor  # [n, seq] long
     prompt_lengths: list[int]
     response_lengths: list[int]
-    advantages: list[float]
+    advantages: list[float | torch.Tensor]  # GRPO: per sample; PPO: per response token (GAE)
     rollout_log_probs: list[torch.Tensor]
     old_log_probs: list[torch.Tensor] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    old_values: list[torch.Tensor] = field(default_factory=list)  # PPO: the critic's values before its update
+    returns: list[torch.Tensor] = field(default_factory=list)  # PPO: GAE returns, the critic's targets
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
 
     def subset(self, start: int, stop: int) -> TrainBatch:
+        def cut(xs: list) -> list:
+            return xs[start:stop] if xs else []
+
         return TrainBatch(self.tokens[start:stop], self.prompt_lengths[start:stop], self.response_lengths[start:stop],
-                          self.advantages[start:stop], self.rollout_log_probs[start:stop],
-                          self.old_log_probs[start:stop] if self.old_log_probs else [])
+                          self.advantages[start:stop], self.rollout_log_probs[start:stop], cut(self.old_log_probs),
+                          cut(self.rewards), cut(self.old_values), cut(self.returns))
 
 
 def response_log_probs(logits: torch.Tensor, batch: TrainBatch) -> list[torch.Tensor]:
@@ -51,6 +60,24 @@ def response_log_probs(logits: torch.Tensor, batch: TrainBatch) -> list[torch.Te
         token_logp[i, p - 1 : p - 1 + r]
         for i, (p, r) in enumerate(zip(batch.prompt_lengths, batch.response_lengths))
     ]
+
+
+def response_values(values: torch.Tensor, batch: TrainBatch) -> list[torch.Tensor]:
+    """The critic's values (fp32) at the positions that score each response token, as `response_log_probs`."""
+    v = values.float().squeeze(-1)
+    return [v[i, p - 1 : p - 1 + r] for i, (p, r) in enumerate(zip(batch.prompt_lengths, batch.response_lengths))]
+
+
+class ValueHead(torch.nn.Module):
+    """hidden -> 1 in place of the output layer, called as megatron calls it (Miles' LinearForLastLayer)."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(hidden, 1)
+
+    def forward(self, hidden_states: torch.Tensor, weight: Any = None, runtime_gather_output: Any = None,
+                ) -> tuple[torch.Tensor, None]:
+        return self.linear(hidden_states), None
 
 
 @dataclass
@@ -80,7 +107,8 @@ class _BackwardTimer:
 
 class Trainer:
     def __init__(
-        self, arch: TinyArch, pp: int, ep: int, micro_batch: int, global_batch: int, options: LocalOptions
+        self, arch: TinyArch, pp: int, ep: int, micro_batch: int, global_batch: int, options: LocalOptions,
+        value_head: bool = False,
     ) -> None:
         from megatron.core import parallel_state as ps
         from megatron.core.distributed import (
@@ -98,20 +126,25 @@ class Trainer:
         self.options = options
         self.micro_batch = micro_batch
         self.global_batch = global_batch
-        ps.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=pp,
-                                     expert_model_parallel_size=ep)
-        model_parallel_cuda_manual_seed(options.seed)
-        torch.manual_seed(options.seed)
+        self.value_head = value_head
+        if not ps.model_parallel_is_initialized():  # the critic joins the actor's groups
+            ps.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=pp,
+                                         expert_model_parallel_size=ep)
+        model_parallel_cuda_manual_seed(options.seed + (1 if value_head else 0))
+        torch.manual_seed(options.seed + (1 if value_head else 0))
         self.config = transformer_config(arch, pp, ep)
         # the schedules call this after the last backward: DP all-reduce of the grads (and the PP/MoE fix-ups)
         self.config.finalize_model_grads_func = finalize_model_grads
         model = build_gpt_model(arch, self.config, ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage())
+        if value_head and ps.is_pipeline_last_stage():
+            model.output_layer = ValueHead(arch.hidden_size)
         self.device = torch.device("cpu") if needs_cpu_shims() else torch.device("cuda", torch.cuda.current_device())
         model = Float16Module(self.config, model).to(self.device)
         ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=False)
         self.model = DistributedDataParallel(self.config, ddp_config, model)
         self.optimizer = get_megatron_optimizer(
-            OptimizerConfig(optimizer="adam", lr=options.lr, bf16=True, clip_grad=options.clip_grad,
+            OptimizerConfig(optimizer="adam", lr=(options.critic_lr or options.lr) if value_head else options.lr,
+                            bf16=True, clip_grad=options.clip_grad,
                             weight_decay=options.weight_decay, adam_beta1=options.adam_beta1,
                             adam_beta2=options.adam_beta2),
             [self.model],
@@ -170,9 +203,39 @@ class Trainer:
         self.model.train()
         return [lp for item in out for lp in item["log_probs"]] if self.is_last_stage else []
 
+    def compute_values(self, batch: TrainBatch, times: MicroBatchTimes) -> list[torch.Tensor]:
+        """The critic's values at the response positions (filled on the last pipeline stage, empty elsewhere)."""
+
+        def loss_fn_factory(mb: TrainBatch, _n: int) -> Any:
+            def loss_fn(values: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+                return values.new_zeros(()), {"values": [v.detach().cpu() for v in response_values(values, mb)]}
+
+            return loss_fn
+
+        self.model.eval()
+        with torch.no_grad():
+            out = self._run(batch, loss_fn_factory, forward_only=True, times=times)
+        self.model.train()
+        return [v for item in out for v in item["values"]] if self.is_last_stage else []
+
     def train(self, batch: TrainBatch, optimizer_steps: int, times: MicroBatchTimes) -> dict[str, float]:
-        """`optimizer_steps` optimizer steps over equal mini-batches of `batch` (Miles num_steps_per_rollout)."""
+        """`optimizer_steps` optimizer steps over equal mini-batches of `batch` (Miles num_steps_per_rollout): the
+        policy loss for the actor, the clipped value loss for the critic."""
         opts = self.options
+
+        def policy(out: torch.Tensor, mb: TrainBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor], str]:
+            dev = out.device
+            loss_sum, stats = grpo_sample_losses(response_log_probs(out, mb), [t.to(dev) for t in mb.old_log_probs],
+                                                 [t.to(dev) for t in mb.rollout_log_probs], mb.advantages,
+                                                 opts.use_tis, opts.eps_clip, opts.eps_clip_high, opts.tis_clip)
+            return loss_sum, stats, "pg_loss_sum"
+
+        def value(out: torch.Tensor, mb: TrainBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor], str]:
+            loss_sum, stats = value_sample_losses(response_values(out, mb), mb.old_values, mb.returns,
+                                                  opts.value_clip)
+            return loss_sum, stats, "value_loss_sum"
+
+        sample_losses = value if self.value_head else policy
         per_step = len(batch) // optimizer_steps
         sums: dict[str, float] = {}
         grad_norms: list[float] = []
@@ -181,17 +244,13 @@ class Trainer:
             samples_in_step = self.global_batch // optimizer_steps
 
             def loss_fn_factory(mb: TrainBatch, n_micro: int, samples_in_step: int = samples_in_step) -> Any:
-                def loss_fn(logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-                    lps = response_log_probs(logits, mb)
-                    dev = logits.device
-                    loss_sum, stats = grpo_sample_losses(lps, [t.to(dev) for t in mb.old_log_probs],
-                                                         [t.to(dev) for t in mb.rollout_log_probs], mb.advantages,
-                                                         opts.use_tis, opts.eps_clip, opts.eps_clip_high, opts.tis_clip)
+                def loss_fn(output: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+                    loss_sum, stats, name = sample_losses(output, mb)
                     # megatron divides by the micro-batch count and DDP averages over DP ranks: undo both, so the
                     # gradient is that of sum_of_sample_mean / samples in the optimizer step (Miles' normalization)
                     scale = n_micro * self.dp_size / samples_in_step
                     report = {k2: float(v) for k2, v in stats.items()}
-                    report["pg_loss_sum"] = float(loss_sum.detach())
+                    report[name] = float(loss_sum.detach())
                     report["samples"] = float(len(mb))
                     return loss_sum * scale, report
 

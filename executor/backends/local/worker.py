@@ -1,12 +1,16 @@
-"""One torchrun rank of a local GRPO run:
+"""One torchrun rank of a local GRPO or PPO run:
 `python -m torch.distributed.run ... -m executor.backends.local.worker --job J`.
 
 Every rank trains (megatron-core, its PP stage / EP experts / DP share). Rank 0 also drives: it hosts the
 SGLang engine, samples prompts, scores rewards, computes group advantages, pushes weights, and writes the
 step records (through the measurement sink into the store), the trace and the progress log. One step:
 
-  rollout (rank 0, SGLang) -> broadcast batch -> log_probs (Megatron forward-only, old policy)
-  -> gap metrics -> train (GRPO, optimizer step) -> gather BF16 weights -> quantize -> engine update
+  rollout (rank 0, SGLang) -> broadcast batch -> [PPO: critic values -> GAE -> critic update]
+  -> log_probs (Megatron forward-only, old policy) -> gap metrics -> train (policy loss, optimizer step)
+  -> gather BF16 weights -> quantize -> engine update
+
+PPO runs Miles' order: the critic (the actor's model with a value head, on the same ranks and layout) first, then
+the actor (docs/rl-phases.md, Miles 4.4).
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ class _Setup:
     rank: int
     world: int
     trainer: Trainer
+    critic: Trainer | None  # PPO
     dp: int
     dp_rank: int
     samples_per_step: int
@@ -160,9 +165,11 @@ def _setup(job: dict[str, Any]) -> _Setup:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(options.torch_threads or max(1, (os.cpu_count() or 1) // world))
     trainer = Trainer(arch, layout.pp, layout.ep, plan.train.micro_batch, plan.train.global_batch, options)
+    critic = (Trainer(arch, layout.pp, layout.ep, plan.train.micro_batch, plan.train.global_batch, options,
+                      value_head=True) if rl.algorithm == "ppo" else None)
     samples_per_step = rl.prompts_per_step * rl.samples_per_prompt
     return _Setup(job=job, plan=plan, options=options, arch=arch, rl=rl, steps=steps, run_dir=run_dir, rank=rank,
-                  world=world, trainer=trainer, dp=trainer.dp_size, dp_rank=trainer.dp_rank,
+                  world=world, trainer=trainer, critic=critic, dp=trainer.dp_size, dp_rank=trainer.dp_rank,
                   samples_per_step=samples_per_step, optimizer_steps=samples_per_step // plan.train.global_batch)
 
 
@@ -273,7 +280,28 @@ def _dp_share(setup: _Setup, data: dict[str, Any]) -> TrainBatch:
     idx = list(range(setup.dp_rank, setup.samples_per_step, setup.dp))
     return TrainBatch(data["tokens"][idx], [data["prompt_lengths"][i] for i in idx],
                       [data["response_lengths"][i] for i in idx], [data["advantages"][i] for i in idx],
-                      [data["rollout_log_probs"][i] for i in idx])
+                      [data["rollout_log_probs"][i] for i in idx], rewards=[data["rewards"][i] for i in idx])
+
+
+def _critic_step(setup: _Setup, local: TrainBatch, times: Any) -> dict[str, float]:
+    """PPO: the critic's values over the batch, GAE advantages and returns from them and the outcome rewards (the
+    actor's per-token advantages), then the critic's update on the clipped value loss. The last pipeline stage holds
+    values and computes every loss; the other stages only pass activations."""
+    import torch
+
+    from executor.backends.local.grpo import gae
+
+    critic, opts = setup.critic, setup.options
+    values = critic.compute_values(local, times)
+    if critic.is_last_stage:
+        out = [gae(r, v, opts.gamma, opts.lambd) for r, v in zip(local.rewards, values, strict=True)]
+        local.advantages = [a for a, _ in out]
+        local.returns = [ret for _, ret in out]
+        local.old_values = values
+    else:
+        local.old_values = local.returns = [torch.zeros(r) for r in local.response_lengths]
+    stats = critic.train(local, setup.optimizer_steps, times)
+    return {f"critic_{k}": v for k, v in stats.items()} if critic.is_last_stage else {}
 
 
 def _train_and_update(setup: _Setup, driver: _Driver | None, data: dict[str, Any],
@@ -286,8 +314,12 @@ def _train_and_update(setup: _Setup, driver: _Driver | None, data: dict[str, Any
 
     trainer = setup.trainer
     local = _dp_share(setup, data)
+    lp_times, train_times, critic_times = MicroBatchTimes(), MicroBatchTimes(), MicroBatchTimes()
+    critic_stats: dict[str, float] = {}
+    if setup.critic is not None:  # ---- PPO: the critic first (values, GAE, its update)
+        critic_stats = _critic_step(setup, local, critic_times)
+        clock.lap("critic", "train")
     # ---- old-policy log-probs (Megatron forward only)
-    lp_times, train_times = MicroBatchTimes(), MicroBatchTimes()
     local.old_log_probs = trainer.compute_log_probs(local, lp_times)
     clock.lap("log_probs", "train")
     gap_part = None
@@ -298,7 +330,7 @@ def _train_and_update(setup: _Setup, driver: _Driver | None, data: dict[str, Any
     # ---- train
     if not trainer.is_last_stage:
         local.old_log_probs = [torch.zeros(r) for r in local.response_lengths]
-    train_stats = trainer.train(local, setup.optimizer_steps, train_times)
+    train_stats = trainer.train(local, setup.optimizer_steps, train_times) | critic_stats
     clock.lap("train", "train")
     # ---- weights -> engine
     tensors = trainer.hf_tensors_on_rank0()
@@ -311,7 +343,7 @@ def _train_and_update(setup: _Setup, driver: _Driver | None, data: dict[str, Any
                           setup.arch, setup.run_dir / "hf_update")
     clock.lap("update_engine", "rollout")
     mine = {"rank": setup.rank, "gap": gap_part, "train_stats": train_stats if trainer.is_last_stage else None,
-            "lp_times": lp_times, "train_times": train_times, "spans": clock.spans,
+            "lp_times": lp_times, "train_times": train_times, "critic_times": critic_times, "spans": clock.spans,
             "rss": trainer.peak_rss_bytes()}
     return mine, wu
 
@@ -331,7 +363,7 @@ def _record_step(setup: _Setup, driver: _Driver, step: int, data: dict[str, Any]
     train_summary = {k: sum(s[k] for s in stats_parts) / len(stats_parts) for k in stats_parts[0]}
     micro = []
     for m in gathered:
-        for name, t in (("log_probs", m["lp_times"]), ("train", m["train_times"])):
+        for name, t in (("log_probs", m["lp_times"]), ("train", m["train_times"]), ("critic", m["critic_times"])):
             for i, f in enumerate(t.forward_s):
                 b = t.backward_s[i] if i < len(t.backward_s) else None
                 micro.append(MicroBatchTiming(m["rank"], name, i, f, b))
@@ -340,10 +372,15 @@ def _record_step(setup: _Setup, driver: _Driver, step: int, data: dict[str, Any]
     rewards = torch.tensor(data["rewards"])
     response_tokens = sum(data["response_lengths"])
     step_t0, end = clock.start, clock.ends
+    # PPO: the critic (values, update) runs between the broadcast and the log-probs; "train" counts it with the
+    # actor's update, as perfmodel's train phase does, and "critic" says how much of it was the critic's
+    critic_s = end["critic"] - end["broadcast_batch"] if "critic" in end else None
+    lp_start = end.get("critic", end["broadcast_batch"])
     record = StepRecord(
         step=step, started_at=step_t0,
-        phases_s={"rollout": end["rollout"] - step_t0, "log_probs": end["log_probs"] - end["broadcast_batch"],
-                  "train": end["train"] - end["log_probs"], "weight_update": end["update_engine"] - end["train"],
+        phases_s={"rollout": end["rollout"] - step_t0, "log_probs": end["log_probs"] - lp_start,
+                  "train": end["train"] - end["log_probs"] + (critic_s or 0.0), "critic": critic_s,
+                  "weight_update": end["update_engine"] - end["train"],
                   "offload": None, "onload": None, "step": step_end - step_t0},
         tokens={"prompt": sum(data["prompt_lengths"]), "response": response_tokens,
                 "train": int(data["tokens"].numel())},
