@@ -187,13 +187,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ the two passes
 
-    def compute_log_probs(self, batch: TrainBatch, times: MicroBatchTimes) -> list[torch.Tensor]:
-        """Old-policy log-probs of the response tokens (filled on the last pipeline stage, empty elsewhere)."""
+    def _per_response(self, batch: TrainBatch, times: MicroBatchTimes,
+                      pick: Any) -> list[torch.Tensor]:
+        """A forward-only pass: `pick(output, micro_batch)` per micro-batch, one tensor per sample (filled on the last
+        pipeline stage, empty elsewhere)."""
 
         def loss_fn_factory(mb: TrainBatch, _n: int) -> Any:
-            def loss_fn(logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-                lps = response_log_probs(logits, mb)
-                return logits.new_zeros(()), {"log_probs": [lp.detach().cpu() for lp in lps]}
+            def loss_fn(output: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+                return output.new_zeros(()), {"rows": [x.detach().cpu() for x in pick(output, mb)]}
 
             return loss_fn
 
@@ -201,22 +202,15 @@ class Trainer:
         with torch.no_grad():
             out = self._run(batch, loss_fn_factory, forward_only=True, times=times)
         self.model.train()
-        return [lp for item in out for lp in item["log_probs"]] if self.is_last_stage else []
+        return [x for item in out for x in item["rows"]] if self.is_last_stage else []
+
+    def compute_log_probs(self, batch: TrainBatch, times: MicroBatchTimes) -> list[torch.Tensor]:
+        """Old-policy log-probs of the response tokens."""
+        return self._per_response(batch, times, response_log_probs)
 
     def compute_values(self, batch: TrainBatch, times: MicroBatchTimes) -> list[torch.Tensor]:
-        """The critic's values at the response positions (filled on the last pipeline stage, empty elsewhere)."""
-
-        def loss_fn_factory(mb: TrainBatch, _n: int) -> Any:
-            def loss_fn(values: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-                return values.new_zeros(()), {"values": [v.detach().cpu() for v in response_values(values, mb)]}
-
-            return loss_fn
-
-        self.model.eval()
-        with torch.no_grad():
-            out = self._run(batch, loss_fn_factory, forward_only=True, times=times)
-        self.model.train()
-        return [v for item in out for v in item["values"]] if self.is_last_stage else []
+        """The critic's values at the response positions."""
+        return self._per_response(batch, times, response_values)
 
     def train(self, batch: TrainBatch, optimizer_steps: int, times: MicroBatchTimes) -> dict[str, float]:
         """`optimizer_steps` optimizer steps over equal mini-batches of `batch` (Miles num_steps_per_rollout): the
