@@ -93,6 +93,8 @@ class RLStepResult:
             "train_time_s": self.phases_s["train"],
             "weight_update_time_s": self.phases_s["weight_update"],
             "rollout_tokens_per_gpu_s": ro.tokens_generated / ro.rollout_time_s / rl.rollout_gpus,
+            # the rollout's long tail: wall time with under half of its peak requests running
+            "rollout_straggler_fraction": ro.straggler_fraction,
             "train_tokens_per_s": self.train_side.tokens / self.train_side.train.step_time_s,
             "tokens_per_s_per_gpu": self.train_side.tokens / self.step_time_s / gpus,
             # Miles' perf/actor_train_tflops and perf/actor_train_mfu: model FLOPs of the actor training phase

@@ -131,6 +131,27 @@ class RolloutResult:
         total = self.rollout_time_s * self.rollout_gpus
         return self.idle_tail_gpu_s / total if total else 0.0
 
+    @property
+    def straggler_fraction(self) -> float:
+        """Share of the rollout's wall time with fewer than half of its peak running requests still running (summed
+        over engines): the long tail of heavy-tailed response lengths, where the engines decode a few stragglers."""
+        if self.rollout_time_s <= 0 or not self.batch_curves:
+            return 0.0
+        times = np.unique(np.concatenate([[0.0, self.rollout_time_s]]
+                                         + [[t for t, _ in curve] for curve in self.batch_curves]))
+        times = times[times <= self.rollout_time_s]
+        running = np.zeros(len(times))
+        for curve in self.batch_curves:  # each engine's step function, read at every change of any engine
+            at = np.array([t for t, _ in curve])
+            n = np.array([b for _, b in curve], dtype=float)
+            i = np.searchsorted(at, times, side="right") - 1
+            running += np.where(i >= 0, n[np.clip(i, 0, None)], 0.0)
+        peak = running.max()
+        if peak <= 0:
+            return 0.0
+        widths = np.diff(times)
+        return float(widths[running[:-1] < peak / 2].sum() / self.rollout_time_s)
+
     def spans(self, offset_s: float = 0.0) -> list:
         from perfmodel.trace import Span
 
@@ -146,6 +167,7 @@ class RolloutResult:
             "engine_gpus": self.engine_gpus,
             "idle_tail_gpu_s": self.idle_tail_gpu_s,
             "idle_tail_fraction": self.idle_tail_fraction,
+            "straggler_fraction": self.straggler_fraction,
             "prefill_time_s": self.prefill_time_s,
             "decode_time_s": self.decode_time_s,
             "engine_busy_s": list(self.engine_busy_s),
