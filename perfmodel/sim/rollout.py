@@ -80,6 +80,26 @@ class TimelineSegment(NamedTuple):
     kind: str  # "prefill" | "decode"
 
 
+def straggler_fraction(batch_curves: tuple[tuple[tuple[float, int], ...], ...], rollout_time_s: float) -> float:
+    """Share of a rollout's wall time with fewer than half of its peak running requests still running (summed over
+    engines): the long tail of heavy-tailed response lengths, where the engines decode a few stragglers. Computed
+    once per simulated rollout (a sweep shares one rollout among many plans)."""
+    if rollout_time_s <= 0 or not batch_curves:
+        return 0.0
+    times = np.unique(np.concatenate([[0.0, rollout_time_s]] + [[t for t, _ in curve] for curve in batch_curves]))
+    times = times[times <= rollout_time_s]
+    running = np.zeros(len(times))
+    for curve in batch_curves:  # each engine's step function, read at every change of any engine
+        at = np.array([t for t, _ in curve])
+        n = np.array([b for _, b in curve], dtype=float)
+        i = np.searchsorted(at, times, side="right") - 1
+        running += np.where(i >= 0, n[np.clip(i, 0, None)], 0.0)
+    peak = running.max()
+    if peak <= 0:
+        return 0.0
+    return float(np.diff(times)[running[:-1] < peak / 2].sum() / rollout_time_s)
+
+
 @dataclass(frozen=True, slots=True)
 class RolloutResult:
     rollout_time_s: float
@@ -106,6 +126,7 @@ class RolloutResult:
     sim_events: int  # simpy events processed (the speed metric: grows with segments, not tokens)
     decode_segments: int
     notes: tuple[str, ...] = field(default=())
+    straggler_fraction: float = 0.0  # `straggler_fraction(batch_curves, rollout_time_s)`
 
     def __post_init__(self) -> None:
         where = f"rollout on {self.rollout_gpus} GPUs, {self.num_engines} engines"
@@ -130,27 +151,6 @@ class RolloutResult:
         """Share of the rollout GPU-time spent idle in the tail."""
         total = self.rollout_time_s * self.rollout_gpus
         return self.idle_tail_gpu_s / total if total else 0.0
-
-    @property
-    def straggler_fraction(self) -> float:
-        """Share of the rollout's wall time with fewer than half of its peak running requests still running (summed
-        over engines): the long tail of heavy-tailed response lengths, where the engines decode a few stragglers."""
-        if self.rollout_time_s <= 0 or not self.batch_curves:
-            return 0.0
-        times = np.unique(np.concatenate([[0.0, self.rollout_time_s]]
-                                         + [[t for t, _ in curve] for curve in self.batch_curves]))
-        times = times[times <= self.rollout_time_s]
-        running = np.zeros(len(times))
-        for curve in self.batch_curves:  # each engine's step function, read at every change of any engine
-            at = np.array([t for t, _ in curve])
-            n = np.array([b for _, b in curve], dtype=float)
-            i = np.searchsorted(at, times, side="right") - 1
-            running += np.where(i >= 0, n[np.clip(i, 0, None)], 0.0)
-        peak = running.max()
-        if peak <= 0:
-            return 0.0
-        widths = np.diff(times)
-        return float(widths[running[:-1] < peak / 2].sum() / self.rollout_time_s)
 
     def spans(self, offset_s: float = 0.0) -> list:
         from perfmodel.trace import Span
@@ -467,6 +467,7 @@ def simulate_rollout(scn: Scenario, seed: int = 0, params: RolloutParams | None 
              f"cap {rl.response_tokens.max})",
              "not modelled: retraction, speculative decoding, CUDA-graph batch caps, radix prefix sharing, "
              "reward and Miles overhead"]
+    curves = tuple(tuple(e.curve) for e in es)
     return RolloutResult(
         rollout_time_s=end,
         tokens_generated=tokens,
@@ -479,7 +480,8 @@ def simulate_rollout(scn: Scenario, seed: int = 0, params: RolloutParams | None 
         engine_last_finish_s=tuple(e.last_finish for e in es),
         engine_decode_steps=tuple(e.step for e in es),
         engine_max_batch=tuple(e.max_batch for e in es),
-        batch_curves=tuple(tuple(e.curve) for e in es),
+        batch_curves=curves,
+        straggler_fraction=straggler_fraction(curves, end),
         idle_tail_gpu_s=sum((end - e.last_finish) * g.unit_gpus for e in es),
         prefill_time_s=sum(e.busy_prefill for e in es),
         decode_time_s=sum(e.busy_decode for e in es),

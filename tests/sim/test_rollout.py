@@ -79,20 +79,18 @@ def test_single_long_response_leaves_an_idle_tail():
 
 
 def test_straggler_fraction_is_the_time_with_under_half_the_peak_requests_running():
-    import dataclasses
+    from perfmodel.sim.rollout import straggler_fraction
 
     d = _base()
     d["rl"].update(prompts_per_step=8, samples_per_prompt=1)
     d["rl"]["response_tokens"] = {"max": 4096, "histogram": [[200, 7], [4096, 1]]}
     r = simulate_rollout(_scn(d))
     assert r.straggler_fraction > 0.8  # one response at the cap, seven short ones: the tail is most of the rollout
-    # by hand, in quarters a of the rollout: two engines, 4 + 4 running for a, 4 + 0 to 2a (not under half of 8),
-    # 1 + 0 to the end
-    a = r.rollout_time_s / 4
-    hand = dataclasses.replace(r, batch_curves=(((0.0, 4), (2 * a, 1), (4 * a, 0)), ((0.0, 4), (a, 0))))
-    assert hand.straggler_fraction == pytest.approx(0.5)
-    even = dataclasses.replace(r, batch_curves=(((0.0, 3), (4 * a, 0)),))
-    assert even.straggler_fraction == 0.0
+    # by hand: two engines, 4 + 4 running to 1 s, 4 + 0 to 2 s (not under half of 8), 1 + 0 to 4 s
+    assert r.straggler_fraction == straggler_fraction(r.batch_curves, r.rollout_time_s)
+    hand = (((0.0, 4), (2.0, 1), (4.0, 0)), ((0.0, 4), (1.0, 0)))
+    assert straggler_fraction(hand, 4.0) == pytest.approx(0.5)
+    assert straggler_fraction((((0.0, 3), (4.0, 0)),), 4.0) == 0.0
 
 
 def test_kv_capacity_back_pressure_caps_the_batch_and_lengthens_the_rollout():
