@@ -246,3 +246,30 @@ def test_a_stack_calibration_reprices_every_candidate_and_plans_carry_it(tmp_pat
     capsys.readouterr()
     assert main(["sweep", str(spec_path), "--out", str(tmp_path / "x"), "--calibration", str(other)]) == 2
     assert "calibration is for stack 'torchtitan'" in capsys.readouterr().err
+
+
+def test_p90_objective_ranks_rl_plans_by_the_tail_of_their_step_over_length_draws():
+    """objective p90_step_time: each plan's step over `length_samples` draws of the response lengths, ranked by
+    their 90th percentile; a length law with no spread gives the one step back."""
+    import numpy as np
+
+    from perfmodel.inputs.run import RunSpec
+    from perfmodel.sim.rl_step import simulate_rl_step
+    from perfmodel.sweep.run import evaluate_run
+
+    spec = small_spec(tp=[1], pp=[4], ep=[4]).model_copy(update={"objective": "p90_step_time", "length_samples": 4})
+    hw, model = load_hardware("mi355x"), load_model("deepseek-v4-flash")
+    cands = list(enumerate_candidates(spec, 8, 256, 43))
+    out = evaluate_candidates(spec, cands, hw, model, "dsv4", workers=1)
+    ranked = sorted((r for r in out.rows if r.get("rank")), key=lambda r: r["rank"])
+    assert ranked and all(r["objective_value"] == r["step_time_p90_s"] for r in ranked)
+    assert [r["step_time_p90_s"] for r in ranked] == sorted(r["step_time_p90_s"] for r in ranked)
+    run = next(c for c in cands if c.index == ranked[0]["index"]).run
+    scn = build_scenario(RunSpec.model_validate(run), hardware=hw, model=model)
+    steps = [simulate_rl_step(scn, seed=k).step_time_s for k in range(4)]
+    assert ranked[0]["step_time_p90_s"] == pytest.approx(float(np.percentile(steps, 90)), rel=1e-9)
+    assert min(steps) < max(steps)  # the draws differ: the tail is what the objective sees
+    fixed = {**run, "rl": {**run["rl"], "response_tokens": {"max": run["rl"]["response_tokens"]["max"],
+                                                            "histogram": [[1000, 1]]}}}
+    row = evaluate_run(fixed, hw, model, length_samples=4)
+    assert row["status"] == "ok" and row["step_time_p90_s"] == pytest.approx(row["step_time_s"], rel=1e-12)

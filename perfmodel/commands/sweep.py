@@ -23,7 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "MI355X, the seed article's job) is used.")
     p.add_argument("spec", nargs="?", metavar="SPEC", help="sweep YAML (default: the embedded seed sweep)")
     p.add_argument("--nodes", help="node counts: '4-64' (powers of two), '4,8,16' or '8'")
-    p.add_argument("--objective", choices=["step_time", "tokens_per_gpu", "cost"])
+    p.add_argument("--objective", choices=["step_time", "p90_step_time", "tokens_per_gpu", "cost"],
+                   help="p90_step_time: rank RL plans by the 90th percentile of their step over --length-samples "
+                   "draws of the response lengths (the long tail), not by one draw")
+    p.add_argument("--length-samples", type=int, help="for --objective p90_step_time: draws per plan (default 10)")
     p.add_argument("--target-step-time", type=float, help="for --objective cost: the step time to stay under (s)")
     p.add_argument("--out", help="output folder (default: sweeps/<time stamp>)")
     p.add_argument("--top", type=int, default=5, help="plans to write and rows to print (default 5)")
@@ -79,6 +82,10 @@ def _sweep_spec(args: argparse.Namespace) -> tuple[str, Any]:
         updates["objective"] = args.objective
     if args.target_step_time:
         updates["target_step_time_s"] = args.target_step_time
+    if args.length_samples is not None:
+        if not 2 <= args.length_samples <= 100:
+            raise InputError("--length-samples", "", f"{args.length_samples}: give 2 to 100 draws")
+        updates["length_samples"] = args.length_samples
     if updates:
         spec = spec.model_copy(update=updates)
         if spec.objective == "cost" and spec.target_step_time_s is None:
@@ -110,7 +117,8 @@ def _top_table(objective: str, top_rows: list[dict[str, Any]]) -> Any:
 
     table = Table(title=f"top plans by {objective}")
     banded = any(r.get("step_time_s_p10") is not None for r in top_rows)
-    cols = ["rank", "plan", "step s"] + (["P10-P90"] if banded else []) + [
+    p90 = any(r.get("step_time_p90_s") not in (None, "") for r in top_rows)
+    cols = ["rank", "plan", "step s"] + (["P90 step s"] if p90 else []) + (["P10-P90"] if banded else []) + [
         "rollout", "log-probs", "train", "w-update", "tok/s/GPU", "train mem GB"]
     for col in cols:
         table.add_column(col, justify="left" if col == "plan" else "right")
@@ -119,8 +127,10 @@ def _top_table(objective: str, top_rows: list[dict[str, Any]]) -> Any:
             v = r.get(k)
             return "-" if v in (None, "") else fmt.format(float(v))
         band = [f"{f('step_time_s_p10')}-{f('step_time_s_p90')}"] if banded else []
-        table.add_row(str(r["rank"]), r["label"], f("step_time_s"), *band, f("rollout_time_s"), f("log_probs_time_s"),
-                      f("train_time_s"), f("weight_update_time_s"), f("tokens_per_s_per_gpu", "{:.0f}"),
+        tail = [f("step_time_p90_s")] if p90 else []
+        table.add_row(str(r["rank"]), r["label"], f("step_time_s"), *tail, *band, f("rollout_time_s"),
+                      f("log_probs_time_s"), f("train_time_s"), f("weight_update_time_s"),
+                      f("tokens_per_s_per_gpu", "{:.0f}"),
                       f("mem_train_bytes", "{:.0f}") if not r.get("mem_train_bytes") else
                       f"{float(r['mem_train_bytes']) / 1e9:.0f}")
     return table

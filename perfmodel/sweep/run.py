@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from perfmodel import __version__
 from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import HardwareProfile
@@ -29,7 +31,8 @@ from perfmodel.sweep.spec import SweepSpec
 ROW_FIELDS = [
     "index", "nodes", "gpus", "label", "placement", "actor_gpus", "rollout_gpus", "async", "tp", "pp", "cp", "ep",
     "etp", "vpp", "schedule", "recompute", "offload", "moe_dispatcher", "engine_gpus", "engine_tp", "engine_ep",
-    "engine_dp", "dp_attention", "status", "reason", "rank", "objective_value", "step_time_s", "rollout_time_s",
+    "engine_dp", "dp_attention", "status", "reason", "rank", "objective_value", "step_time_s", "step_time_p90_s",
+    "rollout_time_s",
     "log_probs_time_s", "train_time_s", "weight_update_time_s", "offload_time_s", *BREAKDOWN_COLUMNS,
     "tokens_per_s_per_gpu", "gpu_hours_per_step", "mem_train_bytes", "mem_train_capacity_bytes",
     "mem_rollout_bytes", "mem_rollout_capacity_bytes", "mem_train_weights_bytes", "mem_train_grads_bytes",
@@ -64,19 +67,22 @@ class _Worker:
     hw: HardwareProfile
     model: ModelSpec
     memo: Memo
+    length_samples: int = 1
 
 
 _WORKER: list[_Worker] = []
 
 
-def _init_worker(hw: HardwareProfile, model: ModelSpec) -> None:
-    _WORKER[:] = [_Worker(hw, model, Memo())]
+def _init_worker(hw: HardwareProfile, model: ModelSpec, length_samples: int = 1) -> None:
+    _WORKER[:] = [_Worker(hw, model, Memo(), length_samples)]
 
 
 def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec,
-                 memo: Memo | None = None) -> dict[str, Any]:
+                 memo: Memo | None = None, length_samples: int = 1) -> dict[str, Any]:
     """Prune or simulate one candidate; returns the result columns of its CSV row. `memo`: shared by the
-    candidates of one worker (memory of identical training sides, chunk costs, rollouts)."""
+    candidates of one worker (memory of identical training sides, chunk costs, rollouts). `length_samples` > 1
+    (an RL run): the step again with the response lengths drawn that many times (the rollout's seed), and their
+    90th percentile as `step_time_p90_s`."""
     from perfmodel.cost.memory.rollout import rollout_memory
     from perfmodel.cost.memory.training import training_memory
     from perfmodel.inputs.run import RunSpec
@@ -122,6 +128,12 @@ def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec
     row |= {"status": "ok", "reason": "", "step_time_s": res.step_time_s,
             "tokens_per_s_per_gpu": m.get("tokens_per_s_per_gpu"),
             "gpu_hours_per_step": res.step_time_s * gpus / 3600.0}
+    if res.rl is not None and length_samples > 1:
+        from perfmodel.sim.rl_step import simulate_rl_step
+
+        steps = [res.step_time_s] + [simulate_rl_step(scn, seed=k, memo=memo).step_time_s
+                                     for k in range(1, length_samples)]
+        row["step_time_p90_s"] = float(np.percentile(steps, 90))
     if res.rl is not None:
         ph = res.rl.phases_s
         row |= {"rollout_time_s": ph["rollout"], "log_probs_time_s": ph["log_probs"] + ph.get("ref_log_probs", 0.0),
@@ -136,7 +148,7 @@ def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec
 
 def _evaluate_chunk(items: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
     w = _WORKER[0]
-    return [(i, evaluate_run(run, w.hw, w.model, w.memo)) for i, run in items]
+    return [(i, evaluate_run(run, w.hw, w.model, w.memo, w.length_samples)) for i, run in items]
 
 
 @dataclass(slots=True)
@@ -156,6 +168,8 @@ def objective_value(row: dict[str, Any], spec: SweepSpec) -> float | None:
         return None
     if spec.objective == "tokens_per_gpu":
         return -float(row["tokens_per_s_per_gpu"])
+    if spec.objective == "p90_step_time":  # a pre-training run has no length variance: its step
+        return float(row.get("step_time_p90_s") or row["step_time_s"])
     if spec.objective == "cost":
         if row["step_time_s"] > (spec.target_step_time_s or float("inf")):
             return None
@@ -181,7 +195,9 @@ def evaluate_candidates(
 ) -> SweepOutcome:
     t0 = time.perf_counter()
     hw_params = hw.calibration_params()
-    keys = [result_key(hw_params, hw.id, model_key, c.run) for c in candidates]
+    samples = spec.length_samples if spec.objective == "p90_step_time" else 1
+    keys = [result_key(hw_params, hw.id, model_key, c.run if samples == 1 else {**c.run, "length_samples": samples})
+            for c in candidates]
     results: dict[int, dict[str, Any]] = {}
     hits = cache.get_many(keys) if cache else {}
     for c, k in zip(candidates, keys):
@@ -209,13 +225,13 @@ def evaluate_candidates(
     chunk = max(16, min(256, len(todo) // (workers * 8) + 1))
     try:
         if ray_address:
-            _run_on_ray(ray_address, todo, chunk, hw, model, take)
+            _run_on_ray(ray_address, todo, chunk, hw, model, take, samples)
         elif workers <= 1 or len(todo) < 64:
-            _init_worker(hw, model)
+            _init_worker(hw, model, samples)
             for items in _chunks(todo, chunk):
                 take(_evaluate_chunk(items))
         else:
-            _run_on_processes(workers, todo, chunk, hw, model, take)
+            _run_on_processes(workers, todo, chunk, hw, model, take, samples)
     except KeyboardInterrupt:
         interrupted = True
     if cache:
@@ -237,9 +253,10 @@ def evaluate_candidates(
 
 
 def _run_on_processes(workers: int, todo: list[tuple[int, dict[str, Any]]], chunk: int, hw: HardwareProfile,
-                      model: ModelSpec, take: Callable[[list[tuple[int, dict[str, Any]]]], None]) -> None:
+                      model: ModelSpec, take: Callable[[list[tuple[int, dict[str, Any]]]], None],
+                      length_samples: int = 1) -> None:
     """Chunks of candidates on a process pool, at most 3 chunks queued per worker; Ctrl-C cancels the rest."""
-    with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(hw, model)) as pool:
+    with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(hw, model, length_samples)) as pool:
         pending: set[Future] = set()
         try:
             for items in _chunks(todo, chunk):
@@ -260,14 +277,15 @@ def _run_on_processes(workers: int, todo: list[tuple[int, dict[str, Any]]], chun
 
 
 def _run_on_ray(address: str, todo: list[tuple[int, dict[str, Any]]], chunk: int, hw: HardwareProfile,
-                model: ModelSpec, take: Callable[[list[tuple[int, dict[str, Any]]]], None]) -> None:
+                model: ModelSpec, take: Callable[[list[tuple[int, dict[str, Any]]]], None],
+                length_samples: int = 1) -> None:
     import ray
 
     ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
     try:
         @ray.remote
         def chunk_task(items, hw_ref, model_ref):
-            _init_worker(hw_ref, model_ref)
+            _init_worker(hw_ref, model_ref, length_samples)
             return _evaluate_chunk(items)
 
         hw_ref, model_ref = ray.put(hw), ray.put(model)

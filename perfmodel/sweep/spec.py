@@ -12,7 +12,7 @@ from perfmodel.errors import InputError
 from perfmodel.inputs.loading import parse, read_mapping
 from perfmodel.inputs.run import ModelRef
 
-Objective = Literal["step_time", "tokens_per_gpu", "cost"]
+Objective = Literal["step_time", "p90_step_time", "tokens_per_gpu", "cost"]
 
 
 class SweepSpace(BaseModel):
@@ -53,6 +53,8 @@ class SweepSpec(BaseModel):
     objective: Objective = "step_time"
     target_step_time_s: float | None = Field(None, gt=0, description="objective cost: cheapest plan under this")
     gpu_hour_cost: float = Field(1.0, gt=0, description="price of one GPU-hour, for the cost objective")
+    length_samples: int = Field(10, ge=2, le=100, description="objective p90_step_time: response-length draws per "
+                                "plan (the rollout's seed), whose steps' 90th percentile ranks it")
 
     @model_validator(mode="after")
     def _positive_nodes(self) -> SweepSpec:
