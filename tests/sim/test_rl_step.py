@@ -186,3 +186,18 @@ def test_packed_micro_batches_are_padded_to_what_the_interleaved_schedule_runs()
     # 5 samples (3 of 3000 tokens, 4000, 2500) over 8 micro-batches: one each, and 3 dummies of the shortest
     assert sorted(padded) == sorted([(3000, 3000)] * 3 + [(4000, 4000)] + [(2500, 2500)] * 4)
     assert pad_microbatches(mbs, 3) == mbs
+
+
+def test_ppo_without_a_memory_saver_keeps_the_critic_resident():
+    from perfmodel.cost.memory.training import training_memory
+
+    data = copy.deepcopy(BASE)
+    grpo = build_scenario(RunSpec.model_validate(data))
+    data["rl"]["algorithm"] = "ppo"
+    ppo = build_scenario(RunSpec.model_validate(data))
+    parked = training_memory(ppo)  # the seed's stack parks each model while the other runs
+    assert ppo.stack.memory_saver and parked.total_bytes == training_memory(grpo).total_bytes
+    resident = training_memory(dataclasses.replace(ppo, stack=ppo.stack.with_knobs({"memory_saver": False}, "t")))
+    for part in ("weights_bytes", "grads_bytes", "optimizer_bytes", "optimizer_host_bytes"):
+        assert getattr(resident, part) == pytest.approx(2 * getattr(parked, part)), part
+    assert resident.activations_bytes == parked.activations_bytes

@@ -388,6 +388,12 @@ def _rank_memory(
     off = t.optimizer_offload_fraction
     optimizer_gpu = state * (1 - off)
     optimizer_host = (state + HOST_GRAD_COPY_BYTES * state_params) * off
+    rl = scn.run.rl
+    if rl is not None and rl.algorithm == "ppo" and not scn.stack.memory_saver:
+        # PPO's critic (the actor's model with a value head, on the same ranks) stays resident beside the actor when
+        # the stack parks neither (with torch_memory_saver each is offloaded while the other runs): its weights,
+        # gradients and optimizer state as the actor's (the value head's hidden x 1 for the LM head is negligible)
+        weights, grads, optimizer_gpu, optimizer_host = 2 * weights, 2 * grads, 2 * optimizer_gpu, 2 * optimizer_host
 
     acts, token_comm, inflight = activations_on_rank(scn, rank, imbalance)
     comm = _process_groups(scn) * COMM_BUFFER_PER_GROUP_BYTES + token_comm
