@@ -27,17 +27,17 @@ BOOL_COLUMNS = ("async", "dp_attention")
 STR_COLUMNS = ("label", "placement", "schedule", "recompute", "moe_dispatcher", "status", "reason")
 MEMORY_PART_COLUMNS = ("mem_train_weights_bytes", "mem_train_grads_bytes", "mem_train_optimizer_bytes",
                        "mem_train_activations_bytes", "mem_train_other_bytes")
-FLOAT_COLUMNS = ("offload", "objective_value", "step_time_s", "rollout_time_s", "log_probs_time_s", "train_time_s",
-                 "weight_update_time_s", "offload_time_s", *BREAKDOWN_COLUMNS, "tokens_per_s_per_gpu",
+FLOAT_COLUMNS = ("offload", "objective_value", "step_time_s", "step_time_p90_s", "rollout_time_s", "log_probs_time_s",
+                 "train_time_s", "weight_update_time_s", "offload_time_s", *BREAKDOWN_COLUMNS, "tokens_per_s_per_gpu",
                  "gpu_hours_per_step", "mem_train_bytes", "mem_train_capacity_bytes", "mem_rollout_bytes",
                  "mem_rollout_capacity_bytes", *MEMORY_PART_COLUMNS)
 COLUMNS = (*INT_COLUMNS, *BOOL_COLUMNS, *STR_COLUMNS, *FLOAT_COLUMNS)
 # Columns added after the first release: a CSV written before them still loads, with this value.
-OPTIONAL_COLUMNS = {"moe_dispatcher": "alltoall"}
+OPTIONAL_COLUMNS = {"moe_dispatcher": "alltoall", "step_time_p90_s": ""}
 NOT_EMPTY = ("index", "nodes", "gpus", "label", "status")  # every row has these
 STATUSES = ("ok", "pruned", "invalid", "failed")  # invalid: simulated to an impossible result, refused
 PLACEMENTS = ("colocated", "disaggregated", "")  # "" for a pretraining sweep (no RL)
-OBJECTIVES = ("step_time", "tokens_per_gpu", "cost")
+OBJECTIVES = ("step_time", "p90_step_time", "tokens_per_gpu", "cost")
 
 CANDIDATES = "candidates.csv"
 SUMMARY = "summary.json"
