@@ -248,7 +248,7 @@ def test_a_stack_calibration_reprices_every_candidate_and_plans_carry_it(tmp_pat
     assert "calibration is for stack 'torchtitan'" in capsys.readouterr().err
 
 
-def test_p90_objective_ranks_rl_plans_by_the_tail_of_their_step_over_length_draws():
+def test_p90_objective_ranks_rl_plans_by_the_tail_of_their_step_over_length_draws(tmp_path):
     """objective p90_step_time: each plan's step over `length_samples` draws of the response lengths, ranked by
     their 90th percentile; a length law with no spread gives the one step back."""
     import numpy as np
@@ -273,3 +273,10 @@ def test_p90_objective_ranks_rl_plans_by_the_tail_of_their_step_over_length_draw
                                                             "histogram": [[1000, 1]]}}}
     row = evaluate_run(fixed, hw, model, length_samples=4)
     assert row["status"] == "ok" and row["step_time_p90_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
+    # the capacity report reads the column back
+    from perfmodel.report.sweep_data import read_candidates
+    from perfmodel.sweep.run import write_csv
+
+    write_csv(out.rows, tmp_path / "candidates.csv")
+    back = {r["index"]: r for r in read_candidates(tmp_path / "candidates.csv")}
+    assert all(back[r["index"]]["step_time_p90_s"] == pytest.approx(r["step_time_p90_s"]) for r in ranked)

@@ -195,6 +195,8 @@ def _fill_ranks(rows: list[dict[str, Any]], objective: str, notes: list[str]) ->
             return (1, -r["tokens_per_s_per_gpu"], r["index"])
         if objective == "cost" and r["gpu_hours_per_step"] is not None:
             return (1, r["gpu_hours_per_step"], r["index"])
+        if objective == "p90_step_time" and r["step_time_p90_s"] is not None:
+            return (1, r["step_time_p90_s"], r["index"])
         return (1, r["step_time_s"], r["index"])
 
     missing = sum(r["rank"] is None for r in ok)
