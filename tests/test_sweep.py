@@ -280,3 +280,32 @@ def test_p90_objective_ranks_rl_plans_by_the_tail_of_their_step_over_length_draw
     write_csv(out.rows, tmp_path / "candidates.csv")
     back = {r["index"]: r for r in read_candidates(tmp_path / "candidates.csv")}
     assert all(back[r["index"]]["step_time_p90_s"] == pytest.approx(r["step_time_p90_s"]) for r in ranked)
+
+
+def test_top_plans_that_predict_the_same_are_one_row_and_the_sweep_says_what_next(tmp_path, capsys, monkeypatch):
+    """Plans differing only in a knob the model does not price (the rollout engine's EP) share one top row that
+    names the knob; the closing lines give the best plan's real path for simulate and a dry-run launch; a rerun
+    served from the cache says so instead of a rate."""
+    from perfmodel.commands.sweep import group_equal_plans
+
+    rows = [{"label": "a", "step_time_s": 1.0, "engine_ep": 1}, {"label": "b", "step_time_s": 1.0, "engine_ep": 8},
+            {"label": "c", "step_time_s": 2.0, "engine_ep": 1}, {"label": "d", "step_time_s": 3.0, "engine_ep": 1},
+            {"label": "e", "step_time_s": 2.0, "engine_ep": 8}]
+    top = group_equal_plans(rows, 2)
+    assert [r["label"] for r in top] == ["a", "c"]
+    assert top[0]["equal_plans"] == 2 and top[0]["equal_knobs"] == {"engine_ep": ["1", "8"]}
+    assert top[1]["equal_plans"] == 2  # "e" ranks after "d", which is not shown, yet it joins "c"
+
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path / "cache"))
+    spec_path = tmp_path / "sweep.yaml"
+    spec_path.write_text(yaml.safe_dump(small_spec(engine_ep=["none", "full"]).model_dump(mode="json",
+                                                                                          by_alias=True)))
+    for name in ("first", "again"):
+        assert main(["sweep", str(spec_path), "--out", str(tmp_path / name), "--workers", "1", "--top", "2",
+                     "--no-report"]) == 0
+    out = capsys.readouterr().out
+    flat = "".join(out.split())  # the table wraps long cells on a narrow terminal
+    assert "(x2:" in out and "the model does not price engine ep there" in out
+    best = sorted((tmp_path / "first" / "plans").glob("*.yaml"))[0]
+    assert f"executorlaunch--plan{best}--dry-run".replace(" ", "") in flat
+    assert "(allfromcache)" in flat

@@ -112,6 +112,46 @@ def _write_plans(top_rows: list[dict[str, Any]], by_index: dict[int, Any], plans
     return top_summary
 
 
+# What a plan's prediction is: plans equal on all of it differ only in knobs the model does not price
+_PREDICTED = ("step_time_s", "step_time_p90_s", "rollout_time_s", "log_probs_time_s", "train_time_s",
+              "weight_update_time_s", "mem_train_bytes", "mem_rollout_bytes")
+_KNOBS = ("placement", "actor_gpus", "rollout_gpus", "async", "tp", "pp", "cp", "ep", "etp", "vpp", "schedule",
+          "recompute", "offload", "moe_dispatcher", "engine_gpus", "engine_tp", "engine_ep", "engine_dp",
+          "dp_attention")
+
+
+def _signature(row: dict[str, Any]) -> tuple:
+    return tuple(None if row.get(k) in (None, "") else float(f"{float(row[k]):.9g}") for k in _PREDICTED)
+
+
+def group_equal_plans(ranked: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """The first `n` groups of ranked rows whose predictions are identical: one row each (the best ranked), with
+    `equal_plans` (how many) and `equal_knobs` ({knob: values}) when the group has more than one plan."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in ranked:
+        sig = _signature(row)
+        if sig in groups:
+            groups[sig].append(row)
+        elif len(groups) < n:
+            groups[sig] = [row]
+    out = []
+    for members in groups.values():
+        head = members[0]
+        if len(members) > 1:
+            head["equal_plans"] = len(members)
+            head["equal_knobs"] = {k: sorted({str(m.get(k)) for m in members}) for k in _KNOBS
+                                   if len({str(m.get(k)) for m in members}) > 1}
+        out.append(head)
+    return out
+
+
+def _plan_label(row: dict[str, Any]) -> str:
+    if not row.get("equal_plans"):
+        return row["label"]
+    knobs = "; ".join(f"{k.replace('_', ' ')} {' or '.join(v)}" for k, v in row["equal_knobs"].items())
+    return f"{row['label']} (x{row['equal_plans']}: {knobs})"
+
+
 def _top_table(objective: str, top_rows: list[dict[str, Any]]) -> Any:
     from rich.table import Table
 
@@ -128,7 +168,7 @@ def _top_table(objective: str, top_rows: list[dict[str, Any]]) -> Any:
             return "-" if v in (None, "") else fmt.format(float(v))
         band = [f"{f('step_time_s_p10')}-{f('step_time_s_p90')}"] if banded else []
         tail = [f("step_time_p90_s")] if p90 else []
-        table.add_row(str(r["rank"]), r["label"], f("step_time_s"), *tail, *band, f("rollout_time_s"),
+        table.add_row(str(r["rank"]), _plan_label(r), f("step_time_s"), *tail, *band, f("rollout_time_s"),
                       f("log_probs_time_s"), f("train_time_s"), f("weight_update_time_s"),
                       f("tokens_per_s_per_gpu", "{:.0f}"),
                       f("mem_train_bytes", "{:.0f}") if not r.get("mem_train_bytes") else
@@ -212,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
     if cache:
         cache.close()
     plans_dir = out / "plans"
-    top_rows = outcome.top[: max(1, args.top)]
+    top_rows = group_equal_plans(outcome.top, max(1, args.top))
     by_index = {c.index: c for c in candidates}
     if args.band:
         _add_bands(top_rows, by_index, hw, cal)
@@ -229,17 +269,31 @@ def run(args: argparse.Namespace) -> int:
     write_summary(spec, outcome, top_summary, out / "summary.json", extra)
 
     console.print(_top_table(spec.objective, top_rows))
-    rate = (outcome.evaluated + outcome.pruned + outcome.invalid - outcome.cached) / max(outcome.elapsed_s, 1e-9)
+    equal = sorted({k for r in top_rows for k in r.get("equal_knobs", {})})
+    if equal:
+        console.print("plans in one row predict the same: the model does not price "
+                      + ", ".join(k.replace("_", " ") for k in equal) + " there", soft_wrap=True)
+    fresh = len(candidates) - outcome.cached
+    speed = (f" ({fresh / outcome.elapsed_s:,.0f}/s)" if fresh and outcome.elapsed_s > 0 else "")
     invalid = (f", {outcome.invalid:,} refused as impossible results (a model bug: see status 'invalid' in the "
                "CSV)" if outcome.invalid else "")
+    cached = "all from cache" if fresh == 0 else f"{outcome.cached:,} from cache"
     console.print(f"{len(candidates):,} candidates: {outcome.evaluated:,} simulated, {outcome.pruned:,} pruned"
-                  f"{invalid} ({outcome.cached:,} from cache) in {outcome.elapsed_s:.1f} s ({rate:,.0f}/s)"
+                  f"{invalid} ({cached}) in {outcome.elapsed_s:.1f} s{speed}"
                   + (" [interrupted: partial results kept]" if outcome.interrupted else ""), soft_wrap=True)
     console.print(f"wrote {out / 'candidates.csv'}, {out / 'summary.json'}, {len(top_rows)} plans in {plans_dir}",
                   soft_wrap=True)
+    html = None
     if not args.no_report and top_rows:
         from perfmodel.report.capacity import build_report
 
         html = build_report(out, out_html=out / "report.html")
         console.print(f"capacity report: {html}")
+    if top_summary:
+        best = top_summary[0]["plan_path"]
+        console.print("next:" + (f"\n  open {html}  (where each plan's time goes)" if html else "")
+                      + f"\n  perfmodel simulate {best} --trace best.json  (the best plan's timeline, for "
+                      "https://ui.perfetto.dev)"
+                      + f"\n  executor launch --plan {best} --dry-run  (what would run; without --dry-run, it runs)",
+                      soft_wrap=True)
     return 130 if outcome.interrupted else 0
