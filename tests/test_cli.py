@@ -128,3 +128,25 @@ def test_simulate_refuses_an_unknown_key_in_the_file(tmp_path, case_dict, capsys
     p = write_yaml(tmp_path / "c.yaml", case_dict)
     rc, _, err = _run(["simulate", str(p)], capsys)
     assert rc == 2 and err.count("\n") == 1 and "train.layout.pq" in err
+
+
+def test_a_misspelled_key_is_named_with_the_key_it_was_meant_to_be(tmp_path, capsys):
+    """A required key typed wrong is reported as the unknown key the user typed, with a did-you-mean, not as the
+    missing one; an optional key typed wrong gets the suggestion from the section's valid keys."""
+    from perfmodel.cli import main
+
+    base = ("kind: pretrain\nhardware: h100-sxm\ngpus: 8\nmodel: {id: llama3-8b}\ntrain:\n  precision: bf16\n"
+            "  seq_len: 4096\n  global_batch: 64\n  micro_batch: 1\n  layout: {tp: 1, pp: 1}\n")
+    for typo, fixed, field in (("global_bach: 64", "global_batch: 64", "train.global_bach"),
+                               ("micro_btch: 1", "micro_batch: 1", "train.micro_btch"),
+                               ("flavour: 1", None, "train.flavour")):
+        text = base.replace(fixed, typo) if fixed else base + "  " + typo + "\n"
+        path = tmp_path / "run.yaml"
+        path.write_text(text)
+        assert main(["simulate", str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and f"{field}: unknown key" in err, err
+        if fixed:
+            assert f"did you mean {fixed.split(':')[0]!r}?" in err, err
+        else:
+            assert "remove it or check its spelling" in err, err

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import json
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,17 +47,54 @@ def _loc_to_field(loc: tuple[int | str, ...]) -> str:
     return "".join(parts)
 
 
-def first_error(err: ValidationError, source: str, prefix: str = "") -> InputError:
-    """Convert the first pydantic error into an InputError naming the field and what is valid."""
-    e = err.errors(include_url=False)[0]
-    loc = tuple(x for x in e.get("loc", ()) if not (isinstance(x, str) and x.startswith("function-")))
+def _clean_loc(e: dict[str, Any]) -> tuple[int | str, ...]:
+    return tuple(x for x in e.get("loc", ()) if not (isinstance(x, str) and x.startswith("function-")))
+
+
+def _fields_at(model: type[BaseModel] | None, path: tuple[int | str, ...]) -> list[str]:
+    """The keys the model accepts at `path` (a mapping's location), following nested models; [] when unknown."""
+    cur: Any = model
+    for key in path:
+        fields = getattr(cur, "model_fields", None)
+        if not fields or not isinstance(key, str) or key not in fields:
+            return []
+        ann = fields[key].annotation
+        nested = [a for a in (*typing.get_args(ann), ann) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not nested:
+            return []
+        cur = nested[0]
+    fields = getattr(cur, "model_fields", None) or {}
+    return [f.alias or name for name, f in fields.items()]
+
+
+def _did_you_mean(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def first_error(err: ValidationError, source: str, prefix: str = "",
+                model: type[BaseModel] | None = None) -> InputError:
+    """Convert the first pydantic error into an InputError naming the field and what is valid. A missing key with a
+    misspelled one beside it is reported as the misspelling, with the key it was meant to be."""
+    errors = err.errors(include_url=False)
+    e = errors[0]
+    loc = _clean_loc(e)
+    if e.get("type") == "missing":  # the user typed it, misspelled: name what they typed
+        unknown = [x for x in errors if x.get("type") == "extra_forbidden" and _clean_loc(x)[:-1] == loc[:-1]]
+        for x in unknown:
+            if difflib.get_close_matches(str(_clean_loc(x)[-1]), [str(loc[-1])], n=1, cutoff=0.75):
+                e, loc = x, _clean_loc(x)
+                break
     field = _loc_to_field(loc)
     if prefix:
         field = f"{prefix}.{field}" if field else prefix
     kind = e.get("type", "")
     msg = str(e.get("msg", "invalid"))
     if kind == "extra_forbidden":
-        msg = "unknown key; remove it or check its spelling"
+        valid = _fields_at(model, loc[:-1]) or [str(_clean_loc(x)[-1]) for x in errors if x.get("type") == "missing"
+                                                and _clean_loc(x)[:-1] == loc[:-1]]
+        hint = _did_you_mean(str(loc[-1]), valid) if loc else ""
+        msg = f"unknown key{hint}" if hint else "unknown key; remove it or check its spelling"
     elif kind == "missing":
         msg = "required field is missing"
     elif msg.startswith("Value error, "):
@@ -72,4 +111,4 @@ def parse(model: type[M], data: Any, source: str, prefix: str = "") -> M:
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise first_error(err, source, prefix) from None
+        raise first_error(err, source, prefix, model) from None
