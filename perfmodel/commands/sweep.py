@@ -115,9 +115,6 @@ def _write_plans(top_rows: list[dict[str, Any]], by_index: dict[int, Any], plans
 # What a plan's prediction is: plans equal on all of it differ only in knobs the model does not price
 _PREDICTED = ("step_time_s", "step_time_p90_s", "rollout_time_s", "log_probs_time_s", "train_time_s",
               "weight_update_time_s", "mem_train_bytes", "mem_rollout_bytes")
-_KNOBS = ("placement", "actor_gpus", "rollout_gpus", "async", "tp", "pp", "cp", "ep", "etp", "vpp", "schedule",
-          "recompute", "offload", "moe_dispatcher", "engine_gpus", "engine_tp", "engine_ep", "engine_dp",
-          "dp_attention")
 
 
 def _signature(row: dict[str, Any]) -> tuple:
@@ -127,6 +124,8 @@ def _signature(row: dict[str, Any]) -> tuple:
 def group_equal_plans(ranked: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     """The first `n` groups of ranked rows whose predictions are identical: one row each (the best ranked), with
     `equal_plans` (how many) and `equal_knobs` ({knob: values}) when the group has more than one plan."""
+    from perfmodel.sweep.run import PLAN_FIELDS
+
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in ranked:
         sig = _signature(row)
@@ -139,8 +138,8 @@ def group_equal_plans(ranked: list[dict[str, Any]], n: int) -> list[dict[str, An
         head = members[0]
         if len(members) > 1:
             head["equal_plans"] = len(members)
-            head["equal_knobs"] = {k: sorted({str(m.get(k)) for m in members}) for k in _KNOBS
-                                   if len({str(m.get(k)) for m in members}) > 1}
+            values = {k: sorted({str(m.get(k)) for m in members}) for k in PLAN_FIELDS}
+            head["equal_knobs"] = {k: v for k, v in values.items() if len(v) > 1}
         out.append(head)
     return out
 

@@ -176,6 +176,11 @@ def send_recv_s(hw: HardwareProfile, nbytes: float, same_domain: bool) -> float:
     return hw.collective_latency_scale_out_s + nbytes / _busbw_out(hw)
 
 
+def host_copy_s(hw: HardwareProfile, nbytes: float) -> float:
+    """Bytes between one GPU and host memory over its host link (PCIe / C2C), at the profile's efficiency."""
+    return nbytes / (hw.host_link_bytes_per_s * hw.host_link_efficiency)
+
+
 def broadcast_s(hw: HardwareProfile, nbytes: float, g: GroupPlacement) -> float:
     """Pipelined ring broadcast: busbw = algbw (nccl-tests convention); across domains the NIC bounds it."""
     if g.size <= 1 or nbytes <= 0:

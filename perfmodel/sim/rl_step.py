@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfmodel.cost.comm import host_copy_s
 from perfmodel.cost.memory.training import training_memory
 from perfmodel.cost.serve.weight_update import WeightUpdateResult, weight_update_time
 from perfmodel.inputs.scenario import Scenario
@@ -239,9 +240,7 @@ def critic_swap_s(critic_scn: Scenario) -> float:
     since actor and critic share the GPUs). 0 on a stack that keeps both resident (memory_saver off)."""
     if not critic_scn.stack.memory_saver:
         return 0.0
-    tm = training_memory(critic_scn)
-    hw = critic_scn.hardware
-    return 2.0 * (tm.weights_bytes + tm.optimizer_bytes) / (hw.host_link_bytes_per_s * hw.host_link_efficiency)
+    return 2.0 * host_copy_s(critic_scn.hardware, training_memory(critic_scn).parked_bytes)
 
 
 def simulate_rollout_side(scn: Scenario, seed: int = 0, memo: Memo | None = None) -> RolloutResult:

@@ -28,13 +28,14 @@ from perfmodel.sweep.cache import ResultCache, result_key
 from perfmodel.sweep.space import Candidate
 from perfmodel.sweep.spec import SweepSpec
 
+# A candidate's layout and recipe choices (`describe_candidate`), apart from its size (nodes, GPUs)
+PLAN_FIELDS = ("placement", "actor_gpus", "rollout_gpus", "async", "tp", "pp", "cp", "ep", "etp", "vpp", "schedule",
+               "recompute", "offload", "moe_dispatcher", "engine_gpus", "engine_tp", "engine_ep", "engine_dp",
+               "dp_attention")
 ROW_FIELDS = [
-    "index", "nodes", "gpus", "label", "placement", "actor_gpus", "rollout_gpus", "async", "tp", "pp", "cp", "ep",
-    "etp", "vpp", "schedule", "recompute", "offload", "moe_dispatcher", "engine_gpus", "engine_tp", "engine_ep",
-    "engine_dp", "dp_attention", "status", "reason", "rank", "objective_value", "step_time_s", "step_time_p90_s",
-    "rollout_time_s",
-    "log_probs_time_s", "train_time_s", "weight_update_time_s", "offload_time_s", *BREAKDOWN_COLUMNS,
-    "tokens_per_s_per_gpu", "gpu_hours_per_step", "mem_train_bytes", "mem_train_capacity_bytes",
+    "index", "nodes", "gpus", "label", *PLAN_FIELDS, "status", "reason", "rank", "objective_value", "step_time_s",
+    "step_time_p90_s", "rollout_time_s", "log_probs_time_s", "train_time_s", "weight_update_time_s", "offload_time_s",
+    *BREAKDOWN_COLUMNS, "tokens_per_s_per_gpu", "gpu_hours_per_step", "mem_train_bytes", "mem_train_capacity_bytes",
     "mem_rollout_bytes", "mem_rollout_capacity_bytes", "mem_train_weights_bytes", "mem_train_grads_bytes",
     "mem_train_optimizer_bytes", "mem_train_activations_bytes", "mem_train_other_bytes",
 ]

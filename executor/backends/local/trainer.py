@@ -5,7 +5,7 @@ One instance per model per torchrun rank. `compute_log_probs` is Miles' `compute
 old-policy log-probs of the sampled tokens); `train` runs one optimizer step per mini-batch with the GRPO/PPO policy
 loss; `hf_tensors_on_rank0` gathers this step's BF16 weights from every PP/EP rank under Hugging Face names. The
 critic (`value_head=True`) is the same model with its LM head replaced by hidden -> 1, as Miles builds it
-(`LinearForLastLayer`): `compute_values` and `train_critic` (clipped value loss). Call
+(`LinearForLastLayer`): `compute_values`, and `train` with the clipped value loss. Call
 `cpu_shims.apply_megatron_shims()` before constructing either.
 """
 

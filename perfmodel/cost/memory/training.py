@@ -95,6 +95,12 @@ class MemoryBreakdown:
         return self.capacity_bytes - self.total_bytes
 
     @property
+    def parked_bytes(self) -> float:
+        """What a sleeping trainer moves to the host and back (torch_memory_saver): its weights and the optimizer
+        state it keeps on the GPU."""
+        return self.weights_bytes + self.optimizer_bytes
+
+    @property
     def host_headroom_bytes(self) -> float:
         return self.host_capacity_bytes - self.optimizer_host_bytes
 

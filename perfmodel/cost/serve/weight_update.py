@@ -57,7 +57,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from perfmodel.cost.comm import GroupPlacement, all_gather_s, broadcast_s, group_placement
+from perfmodel.cost.comm import GroupPlacement, all_gather_s, broadcast_s, group_placement, host_copy_s
 from perfmodel.cost.dtypes import FP8_BLOCK_WEIGHT_BYTES
 from perfmodel.cost.memory.rollout import rollout_memory
 from perfmodel.cost.memory.training import training_memory
@@ -305,13 +305,11 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) 
     after: dict[str, float] = {}
     offload_bytes = 0.0
     if colocated and scn.stack.memory_saver:
-        tm = training_memory(scn)  # worst pipeline rank: BF16 weights + GPU-resident optimizer state
-        offload_bytes = tm.weights_bytes + tm.optimizer_bytes
-        host = hw.host_link_bytes_per_s * hw.host_link_efficiency
-        parts["trainer_sleep_s"] = wp.trainer_sleep_fixed_s + offload_bytes / host
+        offload_bytes = training_memory(scn).parked_bytes  # worst pipeline rank
+        parts["trainer_sleep_s"] = wp.trainer_sleep_fixed_s + host_copy_s(hw, offload_bytes)
         parts["engine_wake_weights_s"] = wp.engine_wake_s / 2
         after["engine_sleep_s"] = wp.engine_sleep_s
-        after["trainer_onload_s"] = offload_bytes / host
+        after["trainer_onload_s"] = host_copy_s(hw, offload_bytes)
     parts["pause_flush_s"] = wp.pause_flush_s
 
     # Gather out of the shards (BF16): dense tensors over TP, routed experts over EP, the largest stage sets it.

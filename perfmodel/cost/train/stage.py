@@ -20,6 +20,7 @@ from perfmodel.cost.comm import (
     GroupPlacement,
     collective_s,
     group_placement,
+    host_copy_s,
     placement_from_stride,
     send_recv_s,
 )
@@ -458,6 +459,6 @@ def optimizer_step_s(scn: Scenario, stage: int) -> float:
         return gpu + fixed
     host_rate = HOST_ADAM_PARAMS_PER_S_PER_NODE / max(1, hw.gpus_per_node)
     host = f * n / host_rate
-    copies = f * n * OFFLOAD_COPY_BYTES_PER_PARAM / (hw.host_link_bytes_per_s * hw.host_link_efficiency)
+    copies = host_copy_s(hw, f * n * OFFLOAD_COPY_BYTES_PER_PARAM)
     return gpu + max(host, copies) + fixed
 
