@@ -134,6 +134,10 @@ class RLSpec(_Strict):
     rollout: RolloutSpec
     log_probs: LogProbsSpec = LogProbsSpec()
     weight_update: WeightUpdateSpec = WeightUpdateSpec()
+    reward_host_s: float = Field(1.0e-3, ge=0, description="host seconds of the reward function per sample (a "
+                                 "rule-based math verifier: ~1 ms; a reward model's forward is not priced)")
+    checkpoint_every: int = Field(0, ge=0, description="steps between checkpoints (weights + optimizer state to "
+                                  "the shared filesystem), its time spread over them; 0: none")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

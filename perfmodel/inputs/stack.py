@@ -38,6 +38,16 @@ profile lists only what differs from `stacks/default.yaml`, which lists every kn
   again for the backward) or keeps them to the backward; null is torchtitan's default policy (keep them under
   pipeline parallelism, where they also stay gathered across micro-batches). `cost/train/stage.py` counts the
   gathers per step and how much of each the prefetch hides.
+- `rl_step_host_s`, `rl_sample_host_s`, `rl_token_bytes`, `rl_host_bytes_per_s`, `rl_advantage_token_s`,
+  `rl_weight_restore`, `rl_weight_backup`: the RL step's sub-phases outside the framework's phase timers
+  (`perfmodel/sim/rl_subphases.py`, docs/rl-phases.md): the driver's fixed work per step (Ray calls, engine HTTP
+  calls, bookkeeping), per sample host work and the rollout data's bytes per token moved from the rollout side to
+  the trainer at a serialization rate, host time per response token of the advantages, and whether the log-prob
+  passes restore the model's weights from a pinned host copy (Miles `_switch_model`, NeMo-RL
+  `prepare_for_lp_inference`) and training backs them up to it afterwards.
+- `weight_update_gather_bytes`, `weight_update_pipelined`: the bytes per parameter the update gathers out of the
+  trainer's shards (2: Megatron's BF16 parameters; 4: an FSDP/DTensor FP32 state dict) and whether packing the next
+  bucket overlaps the engine's loading of this one (NeMo-RL's refit stream) or buckets go one after another (Miles).
 - `fp8_recipe`: delayed, tensorwise (current scaling), blockwise or mxfp8: the quantization passes (HBM bytes and
   kernels) each recipe adds per FP8 GEMM input, forward and backward (`cost/train/layers.py::fp8_cast_work`).
 - `elementwise_fusion`: fused (TransformerEngine/Apex kernels, or torch.compile) or eager (each norm, RoPE and
@@ -110,14 +120,20 @@ NUMERIC_KNOBS = ("train_compute_scale", "backward_compute_scale", "log_probs_com
                  "weight_update_tensor_s")
 ROLLOUT_KNOBS = ("rollout_compute_scale", "rollout_decode_host_s", "rollout_request_host_s", "rollout_token_host_s",
                  "rollout_prefill_host_s", "rollout_max_engines")
-WEIGHT_UPDATE_KNOBS = ("memory_saver", "weight_update_fixed_s", "weight_update_tensor_s")
+WEIGHT_UPDATE_KNOBS = ("memory_saver", "weight_update_fixed_s", "weight_update_tensor_s", "weight_update_gather_bytes",
+                       "weight_update_pipelined")
+# The RL step's sub-phases outside the simulated rollout, passes and update (sim/rl_subphases.py): set per
+# framework from its source (docs/rl-phases.md), not fitted (one step's remainder cannot tell them apart).
+RL_STEP_KNOBS = ("rl_step_host_s", "rl_sample_host_s", "rl_token_bytes", "rl_host_bytes_per_s",
+                 "rl_advantage_token_s", "rl_weight_restore", "rl_weight_backup")
 KNOBS = ("attention_kernel", "host_device_overlap", "cuda_graphs", "pack_sequences", "memory_saver",
-         "rollout_max_engines",
-         "fsdp_reshard_after_forward", "fp8_recipe", "elementwise_fusion", *NUMERIC_KNOBS)
+         "rollout_max_engines", "weight_update_gather_bytes", "weight_update_pipelined",
+         "fsdp_reshard_after_forward", "fp8_recipe", "elementwise_fusion", *NUMERIC_KNOBS, *RL_STEP_KNOBS)
 PART_KNOBS = {
     "rollout": ROLLOUT_KNOBS,
     "weight_update": (*WEIGHT_UPDATE_KNOBS, "rollout_max_engines"),  # the update reads the engines' geometry
-    "train": tuple(k for k in KNOBS if k not in ROLLOUT_KNOBS + WEIGHT_UPDATE_KNOBS),
+    "rl_step": RL_STEP_KNOBS,
+    "train": tuple(k for k in KNOBS if k not in ROLLOUT_KNOBS + WEIGHT_UPDATE_KNOBS + RL_STEP_KNOBS),
 }
 
 
@@ -147,6 +163,15 @@ class Stack(BaseModel):
     memory_saver: bool = True
     weight_update_fixed_s: float = Field(0.8, ge=0)
     weight_update_tensor_s: float = Field(0.0, ge=0)
+    weight_update_gather_bytes: float = Field(2.0, gt=0)
+    weight_update_pipelined: bool = False
+    rl_step_host_s: float = Field(0.0, ge=0)
+    rl_sample_host_s: float = Field(0.0, ge=0)
+    rl_token_bytes: float = Field(0.0, ge=0)
+    rl_host_bytes_per_s: float = Field(1.0e9, gt=0)
+    rl_advantage_token_s: float = Field(0.0, ge=0)
+    rl_weight_restore: bool = False
+    rl_weight_backup: bool = False
     fsdp_reshard_after_forward: bool | None = True  # None: torchtitan's policy, True unless pipeline parallel
     fp8_recipe: Fp8Recipe = "delayed"
     elementwise_fusion: ElementwiseFusion = "fused"

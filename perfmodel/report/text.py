@@ -35,6 +35,16 @@ def print_result(result, console: Console | None = None) -> None:
             for k, v in sorted(d[key].items(), key=lambda kv: -kv[1]):
                 t.add_row(k, f"{v:,.3f}", f"{100 * v / total:.1f}%")
             console.print(t)
+    if d.get("subphases"):  # an RL step, sub-phase by sub-phase in the order they run
+        t = Table(title="RL step sub-phases, in order (s)")
+        for col in ("sub-phase", "seconds", "phase timer", "scales with"):
+            t.add_column(col, justify="right" if col == "seconds" else "left")
+        for sp in d["subphases"]:
+            t.add_row(sp["name"], f"{sp['seconds']:,.3f}", sp["phase"], sp["scales_with"])
+            if sp["name"] == "weight_update":  # its own path, part by part
+                for part, sec in d["weight_update"]["parts"].items():
+                    t.add_row(f"  {part.removesuffix('_s')}", f"{sec:,.3f}", "", "")
+        console.print(t)
     if "bubble_s_per_stage" in d:
         console.print("bubble per stage (s): " + ", ".join(f"{b:.3f}" for b in d["bubble_s_per_stage"]))
     if d.get("memory"):

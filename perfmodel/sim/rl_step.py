@@ -24,6 +24,7 @@ from perfmodel.memo import Memo
 from perfmodel.results import BREAKDOWN, EP_COMM, training_parts
 from perfmodel.sim.invariants import check_rl_step
 from perfmodel.sim.pipeline import pipeline_spans
+from perfmodel.sim.rl_subphases import SubPhase, TrainPathExtras, checkpoint_s, reward_tail_s, train_path_extras
 from perfmodel.sim.rollout import RolloutResult, simulate_rollout
 from perfmodel.sim.schedules import runnable_microbatches
 from perfmodel.sim.train import TrainStepResult, simulate_train_step
@@ -77,6 +78,7 @@ class RLStepResult:
     breakdown_s: dict[str, float]  # critical-path parts that sum to step_time_s (report stacked bars)
     idle_gpu_s: dict[str, float]  # GPU-seconds idle by cause
     trace_spans: list[Span] = field(default_factory=list)
+    subphases: list[SubPhase] = field(default_factory=list)  # every sub-phase, in the order it runs
 
     def __post_init__(self) -> None:
         lay = self.scenario.layout.model_copy(update={"dp": self.scenario.dp}).short()
@@ -119,6 +121,8 @@ class RLStepResult:
             "train_microbatches_per_rank": self.train_side.microbatches_per_rank,
             "train_breakdown_s": self.train_side.train.breakdown_s,
             "exposed_comm_s": self.train_side.train.exposed_comm_s,
+            "subphases": [{"name": p.name, "seconds": p.seconds, "phase": p.phase, "scales_with": p.scales_with}
+                          for p in self.subphases],
         }
 
 
@@ -269,29 +273,36 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
     wu = memo.get("rl_weight_update", wu_key, lambda: weight_update_time(scn))
     colocated = rl.placement == "colocated"
     offload = wu.after_rollout_s if colocated else 0.0
+    reward_s = reward_tail_s(scn, rollout.rollout_time_s)
+    rollout_s = rollout.rollout_time_s + reward_s  # the frameworks' rollout timers hold the rewards
+    extras = train_path_extras(scn, len(lengths), side.tokens, sum(int(r) for r in rollout.response_lengths))
+    fixed_s = scn.stack.rl_step_host_s + checkpoint_s(scn)
 
     phases = {
-        "rollout": rollout.rollout_time_s,
+        "rollout": rollout_s,
         "log_probs": side.log_probs_time_s,
         "ref_log_probs": side.ref_log_probs_time_s,
         "train": side.train_time_s,
         # Miles times "sleep + update weights + wake" together when colocated; wu.total_s is that.
         "weight_update": wu.total_s,
+        # what no phase timer holds: engine release + trainer onload (colocated), data to the trainer, weight
+        # restores / backup, advantages, the driver's fixed work, checkpoints
+        "other": offload + extras.total_s + fixed_s,
     }
-    train_path = side.total_s
+    train_path = side.total_s + extras.total_s
     if rl.async_:
-        step = max(rollout.rollout_time_s, train_path) + wu.total_s
-        exposed_rollout = max(0.0, rollout.rollout_time_s - train_path)  # the part training does not hide
+        step = max(rollout_s, train_path) + wu.total_s + fixed_s
+        exposed_rollout = max(0.0, rollout_s - train_path)  # the part training does not hide
     else:
-        step = rollout.rollout_time_s + train_path + wu.total_s + offload
-        exposed_rollout = rollout.rollout_time_s
+        step = rollout_s + train_path + wu.total_s + offload + fixed_s
+        exposed_rollout = rollout_s
     bd = {k: 0.0 for k in BREAKDOWN}
     bd["rollout"] = exposed_rollout
     bd["log_probs"] = side.log_probs_time_s + side.ref_log_probs_time_s
     tb = side.train.breakdown_s
     bd |= training_parts(tb)
     bd["weight_sync"] = wu.total_s
-    bd["offload"] = offload
+    bd["offload"] = offload + extras.moves_s
     if side.critic is not None:  # the critic's passes and their bubbles and comms, as compute; its swap, offload
         bd["train_compute"] += side.critic_time_s - side.critic_swap_s
         bd["offload"] += side.critic_swap_s
@@ -307,26 +318,67 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
     }
     if not colocated:
         if rl.async_:
-            idle["waiting_on_other_side"] = (max(0.0, step - wu.total_s - train_path) * actor
-                                             + max(0.0, step - wu.total_s - rollout.rollout_time_s) * rollout_gpus)
+            idle["waiting_on_other_side"] = (max(0.0, step - wu.total_s - fixed_s - train_path) * actor
+                                             + max(0.0, step - wu.total_s - fixed_s - rollout_s) * rollout_gpus)
         else:
-            idle["waiting_on_other_side"] = train_path * rollout_gpus + rollout.rollout_time_s * actor
+            idle["waiting_on_other_side"] = train_path * rollout_gpus + rollout_s * actor
 
+    subphases = step_subphases(rollout, reward_s, offload, side, extras, wu, scn.stack.rl_step_host_s,
+                               checkpoint_s(scn))
     spans: list[Span] = []
     if record_trace:
         spans.extend(rollout.spans(offset_s=0.0))
-        # colocated: the engines release memory and the trainer onloads (offload) before training starts
-        t0 = 0.0 if rl.async_ else rollout.rollout_time_s + offload
-        spans.append(Span("rl step", "phases", "rollout", 0.0, rollout.rollout_time_s))
-        if offload:
-            spans.append(Span("rl step", "phases", "release_and_onload", rollout.rollout_time_s, offload))
-        if side.critic is not None:  # Miles runs the critic first, then the actor
-            spans.append(Span("rl step", "phases", "critic_train", t0, side.critic_time_s))
-            t0 += side.critic_time_s
-        spans.append(Span("rl step", "phases", "log_probs", t0, side.log_probs_time_s))
-        t1 = t0 + side.log_probs_time_s + side.ref_log_probs_time_s
-        spans.append(Span("rl step", "phases", "actor_train", t1, side.train.step_time_s))
-        spans.extend(pipeline_spans(side.train.trace, prefix="train stage", offset_s=t1))
-        t2 = step - wu.total_s
-        spans.append(Span("rl step", "phases", "update_weights", t2, wu.total_s))
-    return RLStepResult(scn, rollout, side, wu, offload, step, phases, bd, idle, spans)
+        spans.append(Span("rl step", "phases", "rollout", 0.0, rollout_s))
+        # the training side starts after the rollout (sync) or with it (async); the update and the step's fixed
+        # work close the step
+        t = 0.0
+        for sp in subphases:
+            if sp.name == "data_to_trainer" and rl.async_:
+                t = 0.0
+            if sp.name == "weight_update":
+                t = step - wu.total_s - fixed_s
+            if sp.seconds > 0:
+                spans.append(Span("rl step", "sub-phases", sp.name, t, sp.seconds))
+            if sp.name == "actor_train":
+                spans.append(Span("rl step", "phases", "actor_train", t, sp.seconds))
+                spans.extend(pipeline_spans(side.train.trace, prefix="train stage", offset_s=t))
+            elif sp.name in ("release_and_onload", "critic_train", "log_probs"):
+                if sp.seconds > 0:
+                    spans.append(Span("rl step", "phases", sp.name, t, sp.seconds))
+            elif sp.name == "weight_update":
+                spans.append(Span("rl step", "phases", "update_weights", t, sp.seconds))
+                u = t
+                for part, sec in wu.parts.items():  # the update's own path, part by part
+                    if sec > 0:
+                        spans.append(Span("rl step", "weight update", part.removesuffix("_s"), u, sec))
+                    u += sec
+            t += sp.seconds
+    return RLStepResult(scn, rollout, side, wu, offload, step, phases, bd, idle, spans, subphases)
+
+
+def step_subphases(rollout: RolloutResult, reward_s: float, offload_s: float, side: TrainSide,
+                   extras: TrainPathExtras, wu: WeightUpdateResult, driver_s: float,
+                   checkpoint_step_s: float) -> list[SubPhase]:
+    """Every sub-phase of one step in the order the frameworks run it (docs/rl-phases.md), with the phase timer
+    that holds it; the PPO critic runs before the actor (Miles)."""
+    out = [
+        SubPhase("generate", rollout.rollout_time_s, "rollout", "per token, per decode step, per request"),
+        SubPhase("reward_tail", reward_s, "rollout", "per sample (the last one, and any excess)"),
+        SubPhase("release_and_onload", offload_s, "other", "per step + trainer bytes over the host link"),
+        SubPhase("data_to_trainer", extras.data_to_trainer_s, "other", "per sample + bytes per token"),
+    ]
+    if side.critic is not None:
+        out.append(SubPhase("critic_train", side.critic_time_s, "train", "per micro-batch, per token, swap bytes"))
+    out += [
+        SubPhase("ref_restore", extras.ref_restore_s, "other", "weight bytes over the host link"),
+        SubPhase("ref_log_probs", side.ref_log_probs_time_s, "ref_log_probs", "per micro-batch, per token"),
+        SubPhase("actor_restore", extras.actor_restore_s, "other", "weight bytes over the host link"),
+        SubPhase("log_probs", side.log_probs_time_s, "log_probs", "per micro-batch, per token"),
+        SubPhase("advantages", extras.advantages_s, "other", "per response token"),
+        SubPhase("actor_train", side.train.step_time_s, "train", "per micro-batch, per token, per optimizer step"),
+        SubPhase("weight_backup", extras.weight_backup_s, "other", "weight bytes over the host link"),
+        SubPhase("weight_update", wu.total_s, "weight_update", "per bucket + bytes + fixed calls"),
+        SubPhase("checkpoint", checkpoint_step_s, "other", "parameter bytes to disk / checkpoint_every"),
+        SubPhase("driver", driver_s, "other", "per step"),
+    ]
+    return out

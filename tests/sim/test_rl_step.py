@@ -38,14 +38,18 @@ def asyn():
 def test_sync_disaggregated_is_the_sum_of_phases(sync):
     p = sync.phases_s
     assert sync.step_time_s == pytest.approx(p["rollout"] + p["log_probs"] + p["ref_log_probs"] + p["train"]
-                                             + p["weight_update"], rel=1e-9)
+                                             + p["weight_update"] + p["other"], rel=1e-9)
     assert sync.offload_s == 0.0
+    # the sub-phases, in order, are the step
+    assert sum(sp.seconds for sp in sync.subphases) == pytest.approx(sync.step_time_s, rel=1e-9)
 
 
 def test_async_overlaps_rollout_with_training(sync, asyn):
     p = asyn.phases_s
-    train_path = p["log_probs"] + p["train"]
-    assert asyn.step_time_s == pytest.approx(max(p["rollout"], train_path) + p["weight_update"], rel=1e-9)
+    sub = {sp.name: sp.seconds for sp in asyn.subphases}
+    fixed = sub["driver"] + sub["checkpoint"]
+    train_path = p["log_probs"] + p["train"] + p["other"] - fixed
+    assert asyn.step_time_s == pytest.approx(max(p["rollout"], train_path) + p["weight_update"] + fixed, rel=1e-9)
     assert asyn.step_time_s < sync.step_time_s
 
 
@@ -71,12 +75,15 @@ def test_colocated_uses_all_gpus_and_pays_offload():
     assert coloc.rollout.num_engines == 2 * disagg.rollout.num_engines
     assert coloc.phases_s["rollout"] < disagg.phases_s["rollout"]
     p = coloc.phases_s
-    assert coloc.step_time_s == pytest.approx(p["rollout"] + coloc.offload_s + p["log_probs"] + p["train"]
-                                              + p["weight_update"], rel=1e-9)
+    assert p["other"] >= coloc.offload_s
+    assert coloc.step_time_s == pytest.approx(p["rollout"] + p["log_probs"] + p["train"] + p["weight_update"]
+                                              + p["other"], rel=1e-9)
     assert "waiting_on_other_side" not in coloc.idle_gpu_s
     traced = simulate_scenario(build_scenario(RunSpec.model_validate(data)), record_trace=True).rl
     phase = {sp.name: sp for sp in traced.spans() if sp.group == "rl step"}
-    assert phase["log_probs"].start_s == pytest.approx(p["rollout"] + coloc.offload_s)
+    sub = {sp.name: sp.seconds for sp in coloc.subphases}
+    assert phase["log_probs"].start_s == pytest.approx(p["rollout"] + coloc.offload_s + sub["data_to_trainer"]
+                                                       + sub["actor_restore"])
     update = phase["update_weights"]
     assert update.start_s + update.dur_s == pytest.approx(coloc.step_time_s)
 

@@ -43,7 +43,13 @@ rollout, 32 GB300 in one NVL72 domain, 8 TP4 engines).
 * 1 GiB buckets: the model gives n x c + B / R (faster than 256 MiB only by the saved bucket costs, ~21 s for
   DSV4-Flash), but the measured 1 GiB runs stalled (41/533 buckets) - flagged in `risks`.
 
-Not modelled: overlap of gather and send across buckets (Miles runs them one after another), the LoRA adapter path,
+Per framework (stack knobs): the gather's bytes per parameter (`weight_update_gather_bytes`: Megatron's BF16
+parameters, or verl's FP32 FSDP state dict) and whether buckets are pipelined (`weight_update_pipelined`: NeMo-RL
+packs bucket k+1 while the engine loads bucket k, so the per-bucket cost hides under the pipeline part; Miles runs
+them one after another). The per-bucket cost and pipeline rate are Miles' GB300 measurements for every framework:
+no other framework's bucket timings are published here (an assumption the note on issue 13 states).
+
+Not modelled: the LoRA adapter path,
 P2P / delta updates, NCCL group setup on the first update (cold updates are ~10% slower than steady ones).
 
 Shared pieces: collectives from `perfmodel.cost.comm` (Megatron group placement), the trainer's GPU bytes from
@@ -312,12 +318,14 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) 
         after["trainer_onload_s"] = host_copy_s(hw, offload_bytes)
     parts["pause_flush_s"] = wp.pause_flush_s
 
-    # Gather out of the shards (BF16): dense tensors over TP, routed experts over EP, the largest stage sets it.
+    # Gather out of the shards in the trainer's dtype (Megatron BF16; an FSDP state dict FP32): dense tensors over
+    # TP, routed experts over EP, the largest stage sets it.
+    gb = scn.stack.weight_update_gather_bytes
     tp_g, ep_g, pp_g = (group_placement(scn, k) for k in ("tp", "ep", "pp"))
-    gather = max(all_gather_s(hw, 2.0 * d, tp_g) + all_gather_s(hw, 2.0 * e, ep_g)
+    gather = max(all_gather_s(hw, gb * d, tp_g) + all_gather_s(hw, gb * e, ep_g)
                  for d, e in zip(p.stage_dense, p.stage_expert))
     if every_gpu_gets_all:  # and every GPU receives the other stages' tensors (PP broadcast)
-        gather += broadcast_s(hw, bf16 * (1.0 - 1.0 / lay.pp), pp_g)
+        gather += broadcast_s(hw, gb * p.total * (1.0 - 1.0 / lay.pp), pp_g)
     parts["gather_s"] = gather
 
     if fp8:  # read BF16, write FP8 + one FP32 scale per block; all of it on every GPU when colocated
@@ -331,9 +339,12 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) 
     pipe_rate = wp.pipeline_bytes_per_s
     if wp.scale_pipeline_by_link:
         pipe_rate *= link_bw / GB300_REFERENCE_LINK_BYTES_PER_S
-    parts["bucket_fixed_s"] = n_buckets * wp.per_bucket_s
-    parts["tensors_s"] = p.tensors * scn.stack.weight_update_tensor_s
     parts["pipeline_s"] = bf16 / pipe_rate
+    bucket_fixed = n_buckets * wp.per_bucket_s
+    # pipelined buckets (NeMo-RL's refit stream): a bucket's fixed cost hides under the next one's packing
+    parts["bucket_fixed_s"] = (max(0.0, bucket_fixed - parts["pipeline_s"]) if scn.stack.weight_update_pipelined
+                               else bucket_fixed)
+    parts["tensors_s"] = p.tensors * scn.stack.weight_update_tensor_s
     parts["link_s"] = link
 
     rollout_weights = rollout_memory(scn).weights_bytes

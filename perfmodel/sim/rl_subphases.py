@@ -1,0 +1,119 @@
+"""The sub-phases of one RL step outside the simulated rollout, log-prob passes, training and weight update: what a
+framework does between them (docs/rl-phases.md has each one, per framework, with its source).
+
+Each is a small formula over the step's samples and bytes, the hardware's links and the stack's RL knobs
+(`stacks/<framework>.yaml`, `perfmodel/inputs/stack.py`):
+
+- `reward_tail_s`: rewards run on the rollout's host as each response returns (Miles `generate_and_rm`, NeMo-RL's
+  environment workers, verl's reward loop, OpenRLHF's remote reward): hidden under generation except the last
+  response's, and whatever all of them together take beyond the rollout (one event loop runs them in turn).
+- `data_to_trainer_s`: the rollout's samples converted, normalized, scheduled and moved to the trainer (Ray object
+  store, DataProto dispatch): per sample host work plus the bytes per token at a serialization rate.
+- `weight_restore_s`, `weight_backup_s`: the local weights copied from / to pinned host memory over the host link
+  around the log-prob passes and after training (Miles `_switch_model` and `weights_backuper`, NeMo-RL
+  `prepare_for_lp_inference`).
+- `advantages_s`: GRPO group normalization / GAE: HBM passes over the response tokens on the GPU, plus host time
+  per token where the framework computes them on the CPU.
+- `checkpoint_s`: weights and optimizer state written to the shared filesystem every `rl.checkpoint_every` steps,
+  spread over the steps.
+- the stack's fixed driver work per step (`rl_step_host_s`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfmodel.cost.comm import host_copy_s
+from perfmodel.cost.memory.training import training_memory
+from perfmodel.cost.serve.weight_update import DISK_WRITE_BYTES_PER_S
+from perfmodel.inputs.scenario import Scenario
+
+ADVANTAGE_HBM_BYTES_PER_TOKEN = 32.0
+"""Assumption: the advantage computation reads and writes about eight fp32 values per response token (log-probs,
+reference log-probs or KL, rewards, values, advantages, returns: Miles loss.py::compute_advantages_and_returns)."""
+CHECKPOINT_BYTES_PER_PARAM = 2.0 + 12.0
+"""Megatron's distributed checkpoint: BF16 weights plus the FP32 main parameters and two Adam moments."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubPhase:
+    """One sub-phase of an RL step: its name, seconds on the step's critical path, the phase timer that holds it
+    (rollout, log_probs, ref_log_probs, train, weight_update; `other` when no phase timer does) and what it
+    scales with."""
+
+    name: str
+    seconds: float
+    phase: str
+    scales_with: str
+
+
+def reward_tail_s(scn: Scenario, rollout_time_s: float) -> float:
+    rl = scn.run.rl
+    return rl.reward_host_s + max(0.0, rl.responses_per_step * rl.reward_host_s - rollout_time_s)
+
+
+def data_to_trainer_s(scn: Scenario, samples: int, tokens: int) -> float:
+    st = scn.stack
+    return samples * st.rl_sample_host_s + tokens * st.rl_token_bytes / st.rl_host_bytes_per_s
+
+
+def weight_restore_s(scn: Scenario) -> float:
+    """One host -> GPU copy of a training GPU's local weights (the worst pipeline rank); 0 unless the stack restores."""
+    return host_copy_s(scn.hardware, training_memory(scn).weights_bytes) if scn.stack.rl_weight_restore else 0.0
+
+
+def weight_backup_s(scn: Scenario) -> float:
+    """One GPU -> host copy of the local weights after training; 0 unless the stack backs them up."""
+    return host_copy_s(scn.hardware, training_memory(scn).weights_bytes) if scn.stack.rl_weight_backup else 0.0
+
+
+def advantages_s(scn: Scenario, response_tokens_per_gpu: float, response_tokens: int) -> float:
+    hw = scn.hardware
+    gpu = response_tokens_per_gpu * ADVANTAGE_HBM_BYTES_PER_TOKEN / (hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency)
+    return gpu + response_tokens * scn.stack.rl_advantage_token_s
+
+
+def checkpoint_s(scn: Scenario) -> float:
+    every = scn.run.rl.checkpoint_every
+    if not every:
+        return 0.0
+    return scn.model.total_params() * CHECKPOINT_BYTES_PER_PARAM / DISK_WRITE_BYTES_PER_S / every
+
+
+@dataclass(frozen=True, slots=True)
+class TrainPathExtras:
+    """The sub-phases on the training side's path (before and after the passes), in the order they run."""
+
+    data_to_trainer_s: float
+    ref_restore_s: float
+    actor_restore_s: float
+    advantages_s: float
+    weight_backup_s: float
+
+    @property
+    def before_passes_s(self) -> float:
+        return self.data_to_trainer_s
+
+    @property
+    def total_s(self) -> float:
+        return (self.data_to_trainer_s + self.ref_restore_s + self.actor_restore_s + self.advantages_s
+                + self.weight_backup_s)
+
+    @property
+    def moves_s(self) -> float:
+        """What goes over the host link (the breakdown's offload)."""
+        return self.ref_restore_s + self.actor_restore_s + self.weight_backup_s
+
+
+def train_path_extras(scn: Scenario, samples: int, tokens: int, response_tokens: int) -> TrainPathExtras:
+    restore = weight_restore_s(scn)
+    ref = scn.run.rl.log_probs.ref_model
+    # tokens a training GPU holds: its DP share, split over CP (the last pipeline stage computes the advantages)
+    per_gpu = response_tokens / (scn.dp * scn.layout.cp)
+    return TrainPathExtras(
+        data_to_trainer_s=data_to_trainer_s(scn, samples, tokens),
+        ref_restore_s=restore if ref else 0.0,
+        actor_restore_s=restore,
+        advantages_s=advantages_s(scn, per_gpu, response_tokens),
+        weight_backup_s=weight_backup_s(scn),
+    )
