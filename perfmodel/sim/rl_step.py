@@ -24,7 +24,8 @@ from perfmodel.memo import Memo
 from perfmodel.results import BREAKDOWN, EP_COMM, training_parts
 from perfmodel.sim.invariants import check_rl_step
 from perfmodel.sim.pipeline import pipeline_spans
-from perfmodel.sim.rl_subphases import SubPhase, TrainPathExtras, checkpoint_s, reward_tail_s, train_path_extras
+from perfmodel.sim.rl_subphases import (SubPhase, TrainPathExtras, checkpoint_s, reward_tail_s, train_path_extras,
+                                        weight_copy_s)
 from perfmodel.sim.rollout import RolloutResult, simulate_rollout
 from perfmodel.sim.schedules import runnable_microbatches
 from perfmodel.sim.train import TrainStepResult, simulate_train_step
@@ -275,7 +276,13 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
     offload = wu.after_rollout_s if colocated else 0.0
     reward_s = reward_tail_s(scn, rollout.rollout_time_s)
     rollout_s = rollout.rollout_time_s + reward_s  # the frameworks' rollout timers hold the rewards
-    extras = train_path_extras(scn, len(lengths), side.tokens, sum(int(r) for r in rollout.response_lengths))
+    copy_s = 0.0
+    if scn.stack.rl_weight_restore or scn.stack.rl_weight_backup:
+        copy_key = _key("weight_copy", scn.hardware.calibration_params(), scn.model.id, scn.model.family, run.gpus,
+                        t.model_dump(), rl.model_dump())
+        copy_s = memo.get("rl_weight_copy", copy_key, lambda: weight_copy_s(scn))
+    extras = train_path_extras(scn, len(lengths), side.tokens, sum(int(r) for r in rollout.response_lengths),
+                               copy_s)
     fixed_s = scn.stack.rl_step_host_s + checkpoint_s(scn)
 
     phases = {

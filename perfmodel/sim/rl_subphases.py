@@ -57,14 +57,23 @@ def data_to_trainer_s(scn: Scenario, samples: int, tokens: int) -> float:
     return samples * st.rl_sample_host_s + tokens * st.rl_token_bytes / st.rl_host_bytes_per_s
 
 
-def weight_restore_s(scn: Scenario) -> float:
-    """One host -> GPU copy of a training GPU's local weights (the worst pipeline rank); 0 unless the stack restores."""
-    return host_copy_s(scn.hardware, training_memory(scn).weights_bytes) if scn.stack.rl_weight_restore else 0.0
+def weight_copy_s(scn: Scenario) -> float:
+    """One copy of a training GPU's local weights (the worst pipeline rank) between the GPU and pinned host memory."""
+    return host_copy_s(scn.hardware, training_memory(scn).weights_bytes)
 
 
-def weight_backup_s(scn: Scenario) -> float:
-    """One GPU -> host copy of the local weights after training; 0 unless the stack backs them up."""
-    return host_copy_s(scn.hardware, training_memory(scn).weights_bytes) if scn.stack.rl_weight_backup else 0.0
+def weight_restore_s(scn: Scenario, copy_s: float | None = None) -> float:
+    """Host -> GPU before a log-prob pass; 0 unless the stack restores."""
+    if not scn.stack.rl_weight_restore:
+        return 0.0
+    return weight_copy_s(scn) if copy_s is None else copy_s
+
+
+def weight_backup_s(scn: Scenario, copy_s: float | None = None) -> float:
+    """GPU -> host after training; 0 unless the stack backs the weights up."""
+    if not scn.stack.rl_weight_backup:
+        return 0.0
+    return weight_copy_s(scn) if copy_s is None else copy_s
 
 
 def advantages_s(scn: Scenario, response_tokens_per_gpu: float, response_tokens: int) -> float:
@@ -105,8 +114,13 @@ class TrainPathExtras:
         return self.ref_restore_s + self.actor_restore_s + self.weight_backup_s
 
 
-def train_path_extras(scn: Scenario, samples: int, tokens: int, response_tokens: int) -> TrainPathExtras:
-    restore = weight_restore_s(scn)
+def train_path_extras(scn: Scenario, samples: int, tokens: int, response_tokens: int,
+                      copy_s: float | None = None) -> TrainPathExtras:
+    """`copy_s`: `weight_copy_s(scn)` when the caller has it (a sweep memoizes it per training layout)."""
+    st = scn.stack
+    if copy_s is None:
+        copy_s = weight_copy_s(scn) if st.rl_weight_restore or st.rl_weight_backup else 0.0
+    restore = weight_restore_s(scn, copy_s)
     ref = scn.run.rl.log_probs.ref_model
     # tokens a training GPU holds: its DP share, split over CP (the last pipeline stage computes the advantages)
     per_gpu = response_tokens / (scn.dp * scn.layout.cp)
@@ -115,5 +129,5 @@ def train_path_extras(scn: Scenario, samples: int, tokens: int, response_tokens:
         ref_restore_s=restore if ref else 0.0,
         actor_restore_s=restore,
         advantages_s=advantages_s(scn, per_gpu, response_tokens),
-        weight_backup_s=weight_backup_s(scn),
+        weight_backup_s=weight_backup_s(scn, copy_s),
     )
