@@ -279,7 +279,7 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
     copy_s = 0.0
     if scn.stack.rl_weight_restore or scn.stack.rl_weight_backup:
         copy_key = _key("weight_copy", scn.hardware.calibration_params(), scn.model.id, scn.model.family, run.gpus,
-                        t.model_dump(), rl.model_dump())
+                        t.model_dump(), rl.algorithm, scn.stack.memory_saver)  # what training_memory reads of rl
         copy_s = memo.get("rl_weight_copy", copy_key, lambda: weight_copy_s(scn))
     extras = train_path_extras(scn, len(lengths), side.tokens, sum(int(r) for r in rollout.response_lengths),
                                copy_s)
