@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from executor.backends.local.host_probe import one_thread_flops
+
 
 def _matmul_flops(dtype_name: str, n: int = 2048, reps: int = 5) -> float:
     import torch
@@ -31,39 +33,6 @@ def _matmul_flops(dtype_name: str, n: int = 2048, reps: int = 5) -> float:
         a @ b
         best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best
-
-
-# (tokens, in, out) of the executor's plans: micro-batches of 64 samples x 8-16 tokens through hidden 128, FFN 384
-EXECUTOR_SHAPES = ((512, 128, 384), (704, 128, 128), (1024, 384, 128), (2048, 128, 384))
-
-
-def _one_thread_flops(dtype_name: str, reps: int = 5) -> dict[str, dict[str, float]]:
-    """FLOP/s of one thread (the executor runs one per rank) at each of EXECUTOR_SHAPES, best of `reps`, in the
-    three layouts a linear layer trains with: forward Y = X W^T (F.linear), input gradient dX = dY W, weight
-    gradient dW = dY^T X. A CPU's bf16 path differs between them by up to 8x."""
-    import torch
-    import torch.nn.functional as F
-
-    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    out: dict[str, dict[str, float]] = {"forward": {}, "dgrad": {}, "wgrad": {}}
-    try:
-        for m, k, n in EXECUTOR_SHAPES:  # X [m, k], W [n, k], dY [m, n]
-            x, w, dy = (torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype),
-                        torch.randn(m, n, dtype=dtype))
-            for layout, fn in (("forward", lambda x=x, w=w: F.linear(x, w)), ("dgrad", lambda dy=dy, w=w: dy @ w),
-                               ("wgrad", lambda dy=dy, x=x: dy.t() @ x)):
-                fn()
-                best = float("inf")
-                for _ in range(reps):
-                    t0 = time.perf_counter()
-                    fn()
-                    best = min(best, time.perf_counter() - t0)
-                out[layout][f"{m}x{k}x{n}"] = 2 * m * k * n / best
-    finally:
-        torch.set_num_threads(threads)
-    return out
 
 
 def _gloo_worker(rank: int, world: int, port: int, queue) -> None:
@@ -130,7 +99,7 @@ def main() -> None:
     import torch
 
     mem_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    bf16_one, fp32_one = _one_thread_flops("bf16"), _one_thread_flops("fp32")
+    bf16_one, fp32_one = one_thread_flops("bf16"), one_thread_flops("fp32")
     result = {
         "host": platform.node(), "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
         "torch": torch.__version__, "memory_bytes": mem_bytes, "bf16_matmul_flops": _matmul_flops("bf16", 1024, 2),

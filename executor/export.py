@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from executor.backends.local.host_probe import case_facts
 from executor.records import plan_hash
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import ValidationCase
@@ -37,10 +38,16 @@ def run_as_case(run: dict[str, Any], steps: list[dict[str, Any]], store_path: st
             measured[metric] = statistics.median(vals)
     plan = load_plan(plan_path)
     data = plan.model_dump(mode="json", by_alias=True, exclude_none=True,
-                           include={"kind", "hardware", "stack", "stack_options", "gpus", "model", "train",
-                                    "rl"})
-    if data.get("rl"):  # the workload as it ran: mean prompt and response lengths the steps measured
+                           include={"kind", "hardware", "hardware_options", "stack", "stack_options", "gpus", "model",
+                                    "train", "rl"})
+    probe = run["environment"].get("host_probe")
+    if probe:  # priced on the host that ran it (hwprofiles/cpu-local.yaml is another machine's numbers)
+        hardware, stack = case_facts(probe, run["run_id"])
+        data["hardware_options"] = hardware
+        data["stack_options"] = stack | data.get("stack_options", {})  # what the plan states wins
+    if data.get("rl"):  # the workload as it ran: prompt and response lengths, the reward function's time
         _measured_lengths(data["rl"], kept)
+        _measured_reward(data["rl"], kept)
     case_id = re.sub(r"[^a-z0-9.\-]+", "-", run["run_id"].lower()).strip("-")
     data |= {"id": case_id, "measured": measured,
              "source": f"executor run {run['run_id']} ({run['backend']} backend, plan {run['plan_id']} sha256 "
@@ -61,6 +68,15 @@ def _measured_lengths(rl: dict[str, Any], kept: list[dict[str, Any]]) -> None:
     if responses:
         cap = rl["response_tokens"]["max"]
         rl["response_tokens"] = {"max": cap, "mean": round(min(cap, statistics.median(responses)), 4)}
+
+
+def _measured_reward(rl: dict[str, Any], kept: list[dict[str, Any]]) -> None:
+    """Set rl.reward_host_s to the reward function's measured seconds per sample (median over the kept steps): the
+    job's default prices a math verifier (~1 ms), the local task compares strings (~1 us)."""
+    samples = rl["prompts_per_step"] * rl["samples_per_prompt"]
+    per_sample = [s["host_s"]["reward"] / samples for s in kept if "reward" in s.get("host_s", {})]
+    if per_sample:
+        rl["reward_host_s"] = float(f"{statistics.median(per_sample):.3g}")
 
 
 def write_case(data: dict[str, Any], out: str | Path) -> None:

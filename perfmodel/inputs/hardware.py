@@ -129,6 +129,17 @@ class EfficiencyFile(_Strict):
         return v
 
 
+class HardwareOptions(_Strict):
+    """Facts a run's source measured about its hardware; each overrides the profile's number (the local
+    executor's host probe: a `cpu-local` host runs bf16 matmuls at 6 or at 200 GFLOP/s depending on its CPU)."""
+
+    source: str = Field(min_length=3, description="where the numbers were measured")
+    peak_tflops_bf16: float | None = Field(None, gt=0)
+    peak_tflops_fp8: float | None = Field(None, gt=0)
+    gemm_half_flops_bf16: float | None = Field(None, gt=0)
+    gemm_half_flops_fp8: float | None = Field(None, gt=0)
+
+
 class HardwareFile(_Strict):
     id: str
     name: str
@@ -220,6 +231,19 @@ class HardwareProfile:
             params[f"gemm_max_efficiency_{dtype}"] = curve.max_efficiency
             params[f"gemm_half_flops_{dtype}"] = curve.half_flops
         return params
+
+    def with_options(self, options: HardwareOptions | None) -> HardwareProfile:
+        """A copy with a run's measured facts (peaks, GEMM curves' half-efficiency sizes) in place of the profile's."""
+        if options is None:
+            return self
+        given = options.model_dump(exclude_none=True, exclude={"source"})
+        peaks, sources = dict(self.peak_flops), dict(self.sources)
+        for dtype in DTYPES:
+            value = given.pop(f"peak_tflops_{dtype}", None)
+            if value is not None:
+                peaks[dtype], sources[f"peak_tflops.{dtype}"] = value * 1e12, options.source
+        out = dataclasses.replace(self, peak_flops=peaks, sources=sources)
+        return out.with_params(given, source=options.source) if given else out
 
     def with_params(self, params: dict[str, float], source: str = "calibration") -> HardwareProfile:
         """A copy with named efficiency parameters overwritten (a calibration overlay)."""

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from perfmodel.inputs.hardware import HardwareOptions
 from perfmodel.inputs.job import RLSpec, TrainSpec
 from perfmodel.inputs.stack import StackOptions
 
@@ -37,6 +38,7 @@ class RunSpec(BaseModel):
 
     kind: Literal["pretrain", "rl"]
     hardware: str = Field(..., min_length=1, description="hardware profile id (hwprofiles/<id>.yaml) or path")
+    hardware_options: HardwareOptions | None = Field(None, description="facts measured about the run's hardware")
     gpus: int = Field(..., ge=1, description="all GPUs of the run (rl: actor + rollout, counted once when colocated)")
     model: ModelRef
     train: TrainSpec

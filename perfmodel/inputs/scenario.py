@@ -88,7 +88,7 @@ def build_scenario(
     hardware: HardwareProfile | None = None,
     model: ModelSpec | None = None,
 ) -> Scenario:
-    hw = hardware or load_hardware(run.hardware, source=source)
+    hw = (hardware or load_hardware(run.hardware, source=source)).with_options(run.hardware_options)
     m = model or resolve_model(run, source)
     stack = resolve_stack(run.stack, run.stack_options, source)
     if run.rl is not None:

@@ -19,13 +19,20 @@ from typing import Any
 from perfmodel.cost.comm import host_copy_s
 from perfmodel.cost.memory.training import training_memory
 from perfmodel.cost.serve.weight_update import WeightUpdateResult, weight_update_time
+from perfmodel.cost.train.stage import hardware_key, model_key
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.memo import Memo
 from perfmodel.results import BREAKDOWN, EP_COMM, training_parts
 from perfmodel.sim.invariants import check_rl_step
 from perfmodel.sim.pipeline import pipeline_spans
-from perfmodel.sim.rl_subphases import (SubPhase, TrainPathExtras, checkpoint_s, reward_tail_s, train_path_extras,
-                                        weight_copy_s)
+from perfmodel.sim.rl_subphases import (
+    SubPhase,
+    TrainPathExtras,
+    checkpoint_s,
+    reward_tail_s,
+    train_path_extras,
+    weight_copy_s,
+)
 from perfmodel.sim.rollout import RolloutResult, simulate_rollout
 from perfmodel.sim.schedules import runnable_microbatches
 from perfmodel.sim.train import TrainStepResult, simulate_train_step
@@ -192,10 +199,10 @@ def simulate_train_side(scn: Scenario, lengths: list[int], record_trace: bool = 
     run = scn.run
     rl = run.rl
     t = run.train
-    key = _key("train", scn.hardware.calibration_params(), scn.model.id, scn.model.family, run.gpus,
+    memo = memo if memo is not None else Memo()
+    key = _key("train", hardware_key(scn.hardware, memo), model_key(scn.model, memo), run.gpus,
                t.model_dump(), scn.stack.knobs_for("train"), rl.algorithm, rl.log_probs.ref_model, rl.actor_gpus,
                lengths)
-    memo = memo if memo is not None else Memo()
     if record_trace:
         return _train_side(scn, lengths, True, memo)
     return memo.get("rl_train_side", key, lambda: _train_side(scn, lengths, False, memo))
@@ -250,9 +257,9 @@ def critic_swap_s(critic_scn: Scenario) -> float:
 
 def simulate_rollout_side(scn: Scenario, seed: int = 0, memo: Memo | None = None) -> RolloutResult:
     rl = scn.run.rl
-    key = _key("rollout", scn.hardware.calibration_params(), scn.model.id, scn.model.family, rl.model_dump(),
-               scn.stack.knobs_for("rollout"), seed)
     memo = memo if memo is not None else Memo()
+    key = _key("rollout", hardware_key(scn.hardware, memo), model_key(scn.model, memo), rl.model_dump(),
+               scn.stack.knobs_for("rollout"), seed)
     return memo.get("rl_rollout", key, lambda: simulate_rollout(scn, seed=seed))
 
 
@@ -268,7 +275,7 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
     prompt = int(round(rl.prompt_tokens_mean))
     lengths = [prompt + int(r) for r in rollout.response_lengths]
     side = simulate_train_side(scn, lengths, record_trace=record_trace, memo=memo)
-    wu_key = _key("wu", scn.hardware.calibration_params(), scn.model.id, scn.model.family, run.gpus,
+    wu_key = _key("wu", hardware_key(scn.hardware, memo), model_key(scn.model, memo), run.gpus,
                   t.layout.model_dump(), t.pipeline_layers, rl.model_dump(),
                   scn.stack.knobs_for("weight_update"))
     wu = memo.get("rl_weight_update", wu_key, lambda: weight_update_time(scn))
@@ -278,7 +285,7 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
     rollout_s = rollout.rollout_time_s + reward_s  # the frameworks' rollout timers hold the rewards
     copy_s = 0.0
     if scn.stack.rl_weight_restore or scn.stack.rl_weight_backup:
-        copy_key = _key("weight_copy", scn.hardware.calibration_params(), scn.model.id, scn.model.family, run.gpus,
+        copy_key = _key("weight_copy", hardware_key(scn.hardware, memo), model_key(scn.model, memo), run.gpus,
                         t.model_dump(), rl.algorithm, scn.stack.memory_saver)  # what training_memory reads of rl
         copy_s = memo.get("rl_weight_copy", copy_key, lambda: weight_copy_s(scn))
     extras = train_path_extras(scn, len(lengths), side.tokens, sum(int(r) for r in rollout.response_lengths),

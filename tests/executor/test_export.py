@@ -16,11 +16,11 @@ REPO = Path(__file__).resolve().parents[2]
 PLAN = REPO / "examples" / "local-grpo.yaml"
 
 
-def _store_with_run(path: Path, plan: Path = PLAN) -> None:
+def _store_with_run(path: Path, plan: Path = PLAN, env: dict | None = None) -> None:
     store = Store(path)
     store.create_run(RunRecord(run_id="local-grpo-x", plan_id="local-grpo", plan_hash=plan_hash(plan),
                                plan_path=str(plan), backend="local", hardware="cpu-local", layout="TP1/PP1/DP1",
-                               run_dir=str(path.parent), started_at=time.time(), environment=environment(),
+                               run_dir=str(path.parent), started_at=time.time(), environment=env or environment(),
                                predicted={}))
     sink = MeasurementSink(store)  # any backend's steps land in the same table
     for step, rollout in enumerate((9.0, 0.4, 0.5, 0.3)):
@@ -68,3 +68,40 @@ def test_export_keeps_the_stack_and_the_lengths_the_run_measured():
     rl_over = {**rl, "response_tokens": {"max": 2}}
     _measured_lengths(rl_over, kept)
     assert rl_over["response_tokens"]["mean"] == 2  # never past the cap
+
+
+def test_export_prices_the_case_on_the_host_that_ran_it(tmp_path):
+    """A run records its host's matmul rates (the probe at launch); the exported case carries them as
+    hardware_options and the backward's rate as stack_options, so a faster host's run is not priced with
+    hwprofiles/cpu-local.yaml's slow-path numbers (and a calibration on it is not refused as faster than physics)."""
+    from executor.backends.local.host_probe import case_facts
+    from perfmodel.inputs.scenario import build_scenario
+    from perfmodel.predict import simulate_scenario
+
+    store_path = tmp_path / "s.sqlite"
+    probe = {"bf16_flops": {"forward": 2.0e11, "dgrad": 1.0e11, "wgrad": 4.0e11}, "torch": "x", "cpu_flags": ["amx"]}
+    _store_with_run(store_path, env=environment() | {"host_probe": probe})
+    out = tmp_path / "case.yaml"
+    assert main(["export", "local-grpo", "--store", str(store_path), "--out", str(out)]) == 0
+    case = load_case(out)
+    hardware, stack = case_facts(probe, "local-grpo-x")
+    assert case.hardware_options.peak_tflops_bf16 == 0.2 and "host probe" in case.hardware_options.source
+    assert case.stack_options.model_extra["backward_compute_scale"] == stack["backward_compute_scale"] == 1.25
+    fast = build_scenario(case)
+    assert fast.hardware.peak("bf16") == 2.0e11 and fast.hardware.gemm_curve("bf16").half_flops == 5.0e6
+    assert fast.stack.backward_compute_scale == 1.25
+    slow = build_scenario(case.model_copy(update={"hardware_options": None, "stack_options": None}))
+    assert simulate_scenario(fast).metrics()["train_time_s"] < 0.5 * simulate_scenario(slow).metrics()["train_time_s"]
+
+
+def test_export_writes_the_reward_time_the_steps_measured():
+    """The reward function's host time per sample is the workload's (a string compare here, not the default's
+    math verifier): exported from the steps, so the rollout is not priced with 128 ms of rewards it never ran."""
+    from executor.export import _measured_reward
+
+    rl = {"prompts_per_step": 16, "samples_per_prompt": 8, "reward_host_s": 1e-3}
+    _measured_reward(rl, [{"host_s": {"reward": r}} for r in (1.28e-4, 2.56e-4, 3.0e-4)])
+    assert rl["reward_host_s"] == 2e-6
+    untimed = {"prompts_per_step": 16, "samples_per_prompt": 8}
+    _measured_reward(untimed, [{"host_s": {}}])
+    assert "reward_host_s" not in untimed  # a record without the timing keeps the plan's value

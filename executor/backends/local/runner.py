@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from executor.backends.base import RunOutcome
+from executor.backends.local.host_probe import probe_host
 from executor.measurement_sink import MeasurementSink
 from executor.plan_check import CheckedPlan
 from executor.records import RunRecord, environment, plan_hash
@@ -32,11 +33,14 @@ def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, s
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "logs").mkdir(exist_ok=True)
     shutil.copyfile(checked.path, run_dir / "plan.yaml")
+    env_record = environment()
+    if plan.hardware.startswith("cpu"):  # a CPU profile is one machine's numbers: the run records its own host's
+        env_record["host_probe"] = probe_host()
     sink = MeasurementSink.open(store_path)  # the run row; rank 0 of the worker adds the steps to the same store
     record = RunRecord(
         run_id=run_id, plan_id=plan.id, plan_hash=plan_hash(checked.path), plan_path=str(checked.path.resolve()),
         backend="local", hardware=plan.hardware, layout=plan.train.layout.model_copy(update={"dp": checked.dp}).short(),
-        run_dir=str(run_dir.resolve()), started_at=time.time(), environment=environment(),
+        run_dir=str(run_dir.resolve()), started_at=time.time(), environment=env_record,
         predicted=plan.predicted.model_dump(exclude_none=True), info={"steps_requested": steps},
     )
     sink.start_run(record)

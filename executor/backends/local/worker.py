@@ -259,7 +259,9 @@ def _generate_batch(setup: _Setup, driver: _Driver, rng: random.Random) -> dict[
     prompts = sample_prompts(options.task, rng, rl.prompts_per_step)
     expanded = [p for p in prompts for _ in range(rl.samples_per_prompt)]
     gens = engine.generate([p.token_ids for p in expanded], rl.response_tokens.max, options.temperature)
+    reward_t0 = time.perf_counter()
     rewards = torch.tensor([reward(g.response_text, p.answer) for g, p in zip(gens, expanded)])
+    reward_s = time.perf_counter() - reward_t0
     adv = group_advantages(rewards, rl.samples_per_prompt, options.std_normalize)
     tokens, plen, rlen = pack_samples([p.token_ids for p in expanded], [g.response_ids for g in gens], PAD_ID)
     # one example per prompt (the first of its group), at most 4, for the store
@@ -267,7 +269,7 @@ def _generate_batch(setup: _Setup, driver: _Driver, rng: random.Random) -> dict[
     return {
         "tokens": tokens, "prompt_lengths": plen, "response_lengths": rlen, "advantages": adv.tolist(),
         "rollout_log_probs": [g.log_probs for g in gens],
-        "rewards": rewards.tolist(),
+        "rewards": rewards.tolist(), "reward_s": reward_s,
         "examples": [{"prompt": p.text, "answer": p.answer, "response": g.response_text, "reward": float(r)}
                      for p, g, r in examples],
     }
@@ -390,7 +392,7 @@ def _record_step(setup: _Setup, driver: _Driver, step: int, data: dict[str, Any]
         train_stats=train_summary,
         weight_update={**wu.__dict__, "gather_s": end["gather_weights"] - end["train"]},
         peak_rss_bytes={**{f"rank{m['rank']}": m["rss"] for m in gathered}, "engine": _engine_peak_rss_bytes()},
-        micro_batches=micro, samples=data["examples"],
+        micro_batches=micro, samples=data["examples"], host_s={"reward": data["reward_s"]},
     )
     driver.trace.span(f"step {step}", step_t0, step_end - step_t0, lane="step")
     driver.sink.write_step(setup.job["run_id"], record)

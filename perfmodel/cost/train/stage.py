@@ -193,7 +193,7 @@ def _freeze(v: Any) -> Any:
     return v
 
 
-def _hw_key(hw: HardwareProfile, memo: Memo) -> tuple:
+def hardware_key(hw: HardwareProfile, memo: Memo) -> tuple:
     """Every number of the profile (calibration included), computed once per profile object."""
     return memo.by_identity("hw_key", hw, lambda: tuple(
         _freeze(getattr(hw, f.name)) for f in dataclasses.fields(hw) if f.name != "sources"))
@@ -209,8 +209,9 @@ def _train_key(scn: Scenario, memo: Memo) -> tuple:
         lay.ep, lay.etp, lay.pp, lay.vpp, scn.dp, scn.run.gpus, scn.run.train_gpus)) + scn.stack.knobs_for("train")
 
 
-def _model_key(m: ModelSpec) -> tuple:
-    return (m.id, m.family, m.hidden_size, m.num_layers, m.vocab_size, m.value_head)
+def model_key(m: ModelSpec, memo: Memo) -> tuple:
+    """Every number of the model (an inline config's id is only its architecture's name), hashed once per spec."""
+    return memo.by_identity("model_key", m, lambda: (m.id, m.num_layers, hash(m)))
 
 
 def chunk_cost(scn: Scenario, virtual_stage: int, tokens: int, seq_len: int,
@@ -226,8 +227,8 @@ def chunk_cost(scn: Scenario, virtual_stage: int, tokens: int, seq_len: int,
     layers = chunk_layers(scn, virtual_stage)
     first, last = virtual_stage == 0, virtual_stage == len(scn.stage_layers) - 1
     start = sum(scn.stage_layers[:virtual_stage])
-    key = (_hw_key(scn.hardware, memo), _model_key(scn.model), _train_key(scn, memo), start, len(layers), first,
-           last, float(tokens), seq_len, moe)
+    key = (hardware_key(scn.hardware, memo), model_key(scn.model, memo), _train_key(scn, memo), start, len(layers),
+           first, last, float(tokens), seq_len, moe)
     return memo.get("chunk_cost", key, lambda: _chunk_cost(scn, layers, first, last, tokens, seq_len, moe, memo))
 
 
@@ -237,7 +238,7 @@ def _layer_times(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, Gr
     the layer's shape (not its index) and not by the stack: the stages of a model repeat a handful of layer kinds,
     so a sweep prices each kind once per shard, and a calibration trying stack knobs reprices none."""
     m = scn.model
-    key = (_hw_key(scn.hardware, memo), _model_key(m), dataclasses.replace(layer, index=0), s,
+    key = (hardware_key(scn.hardware, memo), model_key(m, memo), dataclasses.replace(layer, index=0), s,
            imbalance, moe, tuple(sorted((k, v.size, v.gpus_per_node_in_group) for k, v in places.items())))
     t, flops = memo.get("layer_times", key, lambda: _price_layer(scn, layer, s, places, imbalance))
     return _on_stack(scn, t, layer.ffn.kind == "moe", moe), flops
