@@ -43,6 +43,31 @@ def test_validate_bundled_cases_lists_every_case(capsys):
     assert all(f["reason"] for f in report["failed"])
 
 
+def test_validate_piped_prints_full_names_grouped_by_case(capsys):
+    """Piped (a log, grep, a file), the table keeps every case and metric name whole, each case's id once with
+    its metrics under it; --format csv gives the same rows as data."""
+    import csv
+    import io
+
+    rc, out, _ = _run(["validate", str(CASES_DIR), "--json"], capsys)
+    rows = json.loads(out)["cases"]
+    ids = list(dict.fromkeys(r["id"] for r in rows))
+    proc = subprocess.run([sys.executable, "-m", "perfmodel.cli", "validate", str(CASES_DIR)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    for cid in ids:  # whole, once: the first row of its section
+        assert sum(f"│ {cid} " in line for line in lines) == 1, cid
+    for metric in {r["metric"] for r in rows}:
+        assert any(f"│ {metric} " in line for line in lines), metric
+    assert not any("…" in line for line in lines)
+    proc = subprocess.run([sys.executable, "-m", "perfmodel.cli", "validate", str(CASES_DIR), "--format", "csv"],
+                          capture_output=True, text=True, timeout=300)
+    got = list(csv.DictReader(io.StringIO(proc.stdout)))
+    assert [(r["id"], r["metric"]) for r in got] == [(r["id"], r["metric"]) for r in rows]
+    assert all(float(g["measured"]) == r["measured"] for g, r in zip(got, rows))
+
+
 def test_malformed_case_one_line_exit_2(tmp_path, capsys):
     p = tmp_path / "bad.yaml"
     p.write_text("id: x\nkind: [\n")
@@ -150,3 +175,19 @@ def test_a_misspelled_key_is_named_with_the_key_it_was_meant_to_be(tmp_path, cap
             assert f"did you mean {fixed.split(':')[0]!r}?" in err, err
         else:
             assert "remove it or check its spelling" in err, err
+
+
+def test_a_wrong_id_is_reported_before_missing_fields_with_the_rest_counted(tmp_path, capsys):
+    """Every problem is collected; the first in file order is reported (a mistyped id is never hidden behind a
+    missing field), with a did-you-mean, and the others are counted and named on the same line."""
+    rc, _, err = _run(["simulate", "--hardware", "mi355", "--model", "dsv4-flahs", "--gpus", "16"], capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "hardware: unknown hardware id 'mi355' (did you mean 'mi355x'?)" in err, err
+    assert "(also 3 more: model.id, train.seq_len, train.global_batch)" in err, err
+    path = tmp_path / "run.yaml"
+    path.write_text("kind: pretrain\nhardware: h100-sxm\ngpus: 8\nmodel: {id: llama3-8bb}\ntrain:\n"
+                    "  precision: bf16\n  global_batch: 64\n  layout: {tp: 1, pp: 1}\n")
+    rc, _, err = _run(["simulate", str(path)], capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{path}: model.id: unknown model id 'llama3-8bb' (did you mean 'llama3-8b'?)" in err, err
+    assert "(also 1 more: train.seq_len)" in err, err

@@ -30,7 +30,9 @@ def test_valid_layout_resolves(case_dict):
 def test_world_size_mismatch(case_dict):
     case_dict["train"]["layout"]["dp"] = 4
     e = _err(case_dict)
-    assert e.field == "train.layout.dp" and "world size 64" in e.message
+    assert e.field == "train.layout.dp"  # written as the user checks it: their numbers, multiplied out
+    assert e.message.startswith("tp x pp x cp x dp = 4 x 8 x 1 x 4 = 128 GPUs, but the run trains on 64: dp must "
+                                "be 64 / 32 = 2"), e.message
 
 
 def test_gpus_not_divisible_by_model_parallel(case_dict):

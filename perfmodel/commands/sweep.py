@@ -152,15 +152,13 @@ def _plan_label(row: dict[str, Any]) -> str:
 
 
 def _top_table(objective: str, top_rows: list[dict[str, Any]]) -> Any:
-    from rich.table import Table
+    from perfmodel.commands.output import new_table
 
-    table = Table(title=f"top plans by {objective}")
     banded = any(r.get("step_time_s_p10") is not None for r in top_rows)
     p90 = any(r.get("step_time_p90_s") not in (None, "") for r in top_rows)
     cols = ["rank", "plan", "step s"] + (["P90 step s"] if p90 else []) + (["P10-P90"] if banded else []) + [
         "rollout", "log-probs", "train", "w-update", "tok/s/GPU", "train mem GB"]
-    for col in cols:
-        table.add_column(col, justify="left" if col == "plan" else "right")
+    table = new_table(f"top plans by {objective}", cols, left=("plan",))
     for r in top_rows:
         def f(k: str, fmt: str = "{:.1f}", r: dict[str, Any] = r) -> str:
             v = r.get(k)
@@ -190,7 +188,6 @@ def _add_bands(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -201,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     from perfmodel.calibration import load_calibration
+    from perfmodel.commands import output
     from perfmodel.inputs.hardware import load_hardware
     from perfmodel.inputs.run import RunSpec
     from perfmodel.inputs.scenario import resolve_model
@@ -209,9 +207,7 @@ def run(args: argparse.Namespace) -> int:
     from perfmodel.sweep.run import evaluate_candidates, write_csv, write_summary
     from perfmodel.sweep.space import enumerate_candidates
 
-    console = Console()
-    if not console.is_terminal:  # logs and pipes: wide enough for the plan table
-        console = Console(width=160)
+    console = output.console()
     spec_path, spec = _sweep_spec(args)
     hw = load_hardware(spec.hardware, source=spec_path)
     cal = load_calibration(args.calibration) if args.calibration else None

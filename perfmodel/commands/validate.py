@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from perfmodel.commands.output import FORMATS, console, new_table, write_rows
 from perfmodel.errors import InputError
+
+CSV_COLUMNS = ["id", "metric", "measured", "predicted", "rel_error", "p10", "p90"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,7 +17,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "Cases the model cannot predict are listed with the reason and counted as failed.")
     v.add_argument("paths", nargs="*", metavar="PATH",
                    help="case files or folders of *.yaml (default: the bundled public cases)")
-    v.add_argument("--json", action="store_true", help="print {cases, failed, summary} as JSON")
+    v.add_argument("--format", choices=FORMATS, default="table",
+                   help="table (default; piped: every name in full), csv (one row per case and metric) or json "
+                   "({cases, failed, summary})")
+    v.add_argument("--json", action="store_const", const="json", dest="format", help="the same as --format json")
     v.add_argument("--calibration", action="append", metavar="FILE",
                    help="calibration overlay (perfmodel calibrate) for the cases of its stack (and hardware, for "
                    "hardware parameters); repeatable")
@@ -38,9 +44,6 @@ def _fmt_num(x: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     from perfmodel.validate import default_cases_dir, run_validation, validation_json
 
     paths = args.paths
@@ -50,46 +53,47 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("", "PATH", "give case files or folders (no bundled cases found)")
         paths = [str(d)]
     if args.cv:
-        return _run_cv(paths, args.json)
+        return _run_cv(paths, args.format)
     report = run_validation(paths, args.calibration, band=args.band)
-    if args.json:
+    if args.format == "json":
         print(json.dumps(validation_json(report), indent=2))
         return 0
-    console = Console()
-    table = Table(title="perfmodel validate", show_lines=False)
+    if args.format == "csv":
+        write_rows(report["cases"], "csv", CSV_COLUMNS)
+        return 0
+    out = console()
     cols = ["case", "metric", "measured", "predicted", "error"] + (["P10", "P90"] if args.band else [])
-    for col in cols:
-        table.add_column(col, justify="left" if col in ("case", "metric") else "right")
-    for row in report["cases"]:
+    table = new_table("perfmodel validate", cols, left=("case", "metric"))
+    rows = report["cases"]
+    for i, row in enumerate(rows):  # one section per case: its id once, then its metrics
+        first = i == 0 or rows[i - 1]["id"] != row["id"]
+        last = i == len(rows) - 1 or rows[i + 1]["id"] != row["id"]
         band = [_fmt_num(row.get("p10")), _fmt_num(row.get("p90"))] if args.band else []
-        table.add_row(row["id"], row["metric"], _fmt_num(row["measured"]), _fmt_num(row["predicted"]),
-                      _fmt_pct(row["rel_error"]), *band)
-    console.print(table)
+        table.add_row(row["id"] if first else "", row["metric"], _fmt_num(row["measured"]),
+                      _fmt_num(row["predicted"]), _fmt_pct(row["rel_error"]), *band, end_section=last)
+    out.print(table)
     for f in report["failed"]:
-        console.print(f"[yellow]not predicted[/]: {f['id']}: {f['reason']}", soft_wrap=True)
+        out.print(f"[yellow]not predicted[/]: {f['id']}: {f['reason']}", soft_wrap=True)
     for cid, st in report.get("stacks", {}).items():
         for note in st["notes"]:
-            console.print(f"note: {cid}: {note}", soft_wrap=True)
+            out.print(f"note: {cid}: {note}", soft_wrap=True)
     s = report["summary"]
     line = (f"{s['cases']} cases, {s['failed_cases']} not predicted; scored metrics n={s['n']}, "
             f"mean |error| {_fmt_pct(s['mean_abs_rel_error'])}, max |error| {_fmt_pct(s['max_abs_rel_error'])}")
-    console.print(line.replace("+", ""), soft_wrap=True)
+    out.print(line.replace("+", ""), soft_wrap=True)
     if args.band:
         banded = [r for r in report["cases"] if r.get("p10") is not None]
         inside = sum(r["p10"] <= r["measured"] <= r["p90"] for r in banded)
-        console.print(f"P10-P90 coverage: {inside} of {len(banded)} measured figures inside their band"
-                      + (f" ({inside / len(banded):.0%})" if banded else ""), soft_wrap=True)
+        out.print(f"P10-P90 coverage: {inside} of {len(banded)} measured figures inside their band"
+                  + (f" ({inside / len(banded):.0%})" if banded else ""), soft_wrap=True)
     for kind, ks in s["by_kind"].items():
-        console.print(f"  {kind}: n={ks['n']}, mean |error| {_fmt_pct(ks['mean_abs_rel_error'])}, "
-                      f"max |error| {_fmt_pct(ks['max_abs_rel_error'])}, not predicted {ks['failed_cases']}"
-                      .replace("+", ""), soft_wrap=True)
+        out.print(f"  {kind}: n={ks['n']}, mean |error| {_fmt_pct(ks['mean_abs_rel_error'])}, "
+                  f"max |error| {_fmt_pct(ks['max_abs_rel_error'])}, not predicted {ks['failed_cases']}"
+                  .replace("+", ""), soft_wrap=True)
     return 0
 
 
-def _run_cv(paths: list[str], as_json: bool) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
+def _run_cv(paths: list[str], fmt: str) -> int:
     from perfmodel.crossval import cross_validate, curves_for
     from perfmodel.inputs.case import case_paths, load_case
 
@@ -98,24 +102,25 @@ def _run_cv(paths: list[str], as_json: bool) -> int:
         raise InputError(", ".join(paths), "", "no *.yaml validation cases found")
     curves, failed = curves_for([(load_case(p), str(p)) for p in files])
     cv = cross_validate(curves)
-    if as_json:
+    if fmt == "json":
         print(json.dumps(cv | {"failed": failed}, indent=2, default=str))
         return 0
-    console = Console()
-    if not console.is_terminal:  # logs and pipes: wide enough for the group names
-        console = Console(width=160)
-    table = Table(title="perfmodel validate --cv (leave-one-out within stack and hardware)")
-    for col in ("group", "runs", "figures", "zero-shot |err|", "calibrated |err|", "calibrated > 25%",
-                "P10-P90 coverage"):
-        table.add_column(col, justify="left" if col == "group" else "right")
+    if fmt == "csv":
+        write_rows([{"group": g} | s for g, s in cv["groups"].items() if s.get("n")], "csv",
+                   ["group", "runs", "n", "zero_shot_mae", "calibrated_mae", "calibrated_beyond_25", "coverage"])
+        return 0
+    out = console()
+    table = new_table("perfmodel validate --cv (leave-one-out within stack and hardware)",
+                      ["group", "runs", "figures", "zero-shot |err|", "calibrated |err|", "calibrated > 25%",
+                       "P10-P90 coverage"], left=("group",))
     for g, s in cv["groups"].items():
         if not s.get("n"):
             continue
         table.add_row(g, str(s["runs"]), str(s["n"]), f"{s['zero_shot_mae']:.1%}", f"{s['calibrated_mae']:.1%}",
                       f"{s['calibrated_beyond_25']:.0%}", f"{s['coverage']:.0%}")
-    console.print(table)
+    out.print(table)
     curve = ", ".join(f"{k} runs {v[0]:.1%} (n={v[1]})" for k, v in cv["learning_curve"].items() if v[0] is not None)
-    console.print(f"learning curve (mean |error| after k calibration runs of the same group): {curve}", soft_wrap=True)
+    out.print(f"learning curve (mean |error| after k calibration runs of the same group): {curve}", soft_wrap=True)
     for cid, why in failed:
-        console.print(f"[yellow]not predicted[/]: {cid}: {why}", soft_wrap=True)
+        out.print(f"[yellow]not predicted[/]: {cid}: {why}", soft_wrap=True)
     return 0

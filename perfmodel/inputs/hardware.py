@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfmodel.errors import InputError
-from perfmodel.inputs.loading import parse, read_mapping
+from perfmodel.inputs.loading import did_you_mean, parse, read_mapping
 
 DTYPES = ("bf16", "fp8", "fp4")
 
@@ -360,5 +360,6 @@ def load_hardware(ref: str, source: str = "", field: str = "hardware") -> Hardwa
     try:
         return _load_by_id(ref)
     except KeyError:
-        raise InputError(
-            source, field, f"unknown hardware id {ref!r}; valid: {', '.join(known_hardware_ids())}") from None
+        ids = known_hardware_ids()
+        raise InputError(source, field, f"unknown hardware id {ref!r}{did_you_mean(ref, ids)}; valid: "
+                         f"{', '.join(ids)}") from None

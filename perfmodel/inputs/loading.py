@@ -67,23 +67,48 @@ def _fields_at(model: type[BaseModel] | None, path: tuple[int | str, ...]) -> li
     return [f.alias or name for name, f in fields.items()]
 
 
-def _did_you_mean(word: str, options: list[str]) -> str:
+def closest(word: str, options: list[str]) -> str | None:
+    """The option `word` was most likely meant to be (a typo), or None."""
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.75)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    return close[0] if close else None
+
+
+def did_you_mean(word: str, options: list[str]) -> str:
+    """" (did you mean 'x'?)" after a name that is not among `options`, or ""."""
+    close = closest(word, options)
+    return f" (did you mean {close!r}?)" if close else ""
+
+
+def _file_order(errors: list[dict[str, Any]], data: Any) -> list[dict[str, Any]]:
+    """The errors in the order their keys appear in the file (a missing key, which has no place, last): the user
+    reads the first problem where they would meet it."""
+    keys = list(data) if isinstance(data, dict) else []
+
+    def place(e: dict[str, Any]) -> int:
+        loc = _clean_loc(e)
+        top = loc[0] if loc else None
+        return keys.index(top) if e.get("type") != "missing" and top in keys else len(keys)
+
+    return sorted(errors, key=place)  # stable: pydantic's order within one key
 
 
 def first_error(err: ValidationError, source: str, prefix: str = "",
-                model: type[BaseModel] | None = None) -> InputError:
-    """Convert the first pydantic error into an InputError naming the field and what is valid. A missing key with a
-    misspelled one beside it is reported as the misspelling, with the key it was meant to be."""
-    errors = err.errors(include_url=False)
+                model: type[BaseModel] | None = None, data: Any = None) -> InputError:
+    """Convert the first pydantic error (in file order, with the ids `model.reference_problems` finds in `data`
+    among them) into an InputError naming the field and what is valid; the count and fields of the others follow.
+    A missing key with a misspelled one beside it is reported as the misspelling, with the key it was meant to be."""
+    checks = getattr(model, "reference_problems", None)
+    found = [{"type": "reference", "loc": loc, "msg": msg} for loc, msg in (checks(data) if checks else [])]
+    errors = _file_order(found + err.errors(include_url=False), data)
     e = errors[0]
     loc = _clean_loc(e)
+    covered = {id(e)}  # the errors the reported one stands for
     if e.get("type") == "missing":  # the user typed it, misspelled: name what they typed
         unknown = [x for x in errors if x.get("type") == "extra_forbidden" and _clean_loc(x)[:-1] == loc[:-1]]
         for x in unknown:
             if difflib.get_close_matches(str(_clean_loc(x)[-1]), [str(loc[-1])], n=1, cutoff=0.75):
                 e, loc = x, _clean_loc(x)
+                covered.add(id(x))
                 break
     field = _loc_to_field(loc)
     if prefix:
@@ -93,8 +118,9 @@ def first_error(err: ValidationError, source: str, prefix: str = "",
     if kind == "extra_forbidden":
         valid = _fields_at(model, loc[:-1]) or [str(_clean_loc(x)[-1]) for x in errors if x.get("type") == "missing"
                                                 and _clean_loc(x)[:-1] == loc[:-1]]
-        hint = _did_you_mean(str(loc[-1]), valid) if loc else ""
-        msg = f"unknown key{hint}" if hint else "unknown key; remove it or check its spelling"
+        meant = closest(str(loc[-1]), valid) if loc else None
+        msg = f"unknown key; did you mean {meant!r}?" if meant else "unknown key; remove it or check its spelling"
+        covered |= {id(x) for x in errors if x.get("type") == "missing" and _clean_loc(x) == (*loc[:-1], meant)}
     elif kind == "missing":
         msg = "required field is missing"
     elif msg.startswith("Value error, "):
@@ -103,6 +129,9 @@ def first_error(err: ValidationError, source: str, prefix: str = "",
         shown = repr(e["input"])
         if len(shown) <= 60:
             msg = f"{msg} (got {shown})"
+    others = list(dict.fromkeys(_loc_to_field(_clean_loc(x)) for x in errors if id(x) not in covered))
+    if others:
+        msg += f" (also {len(others)} more: {', '.join(others[:3])}{', ...' if len(others) > 3 else ''})"
     return InputError(source, field, msg)
 
 
@@ -111,4 +140,4 @@ def parse(model: type[M], data: Any, source: str, prefix: str = "") -> M:
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise first_error(err, source, prefix, model) from None
+        raise first_error(err, source, prefix, model, data) from None

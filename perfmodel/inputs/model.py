@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from perfmodel.catalogue import catalogue_ids, load_catalogue_config
 from perfmodel.errors import InputError
-from perfmodel.inputs.loading import read_mapping
+from perfmodel.inputs.loading import did_you_mean, read_mapping
 
 AttentionKind = Literal["gqa", "mla", "dsv4"]
 FFNKind = Literal["dense", "moe"]
@@ -506,7 +506,8 @@ def load_model(ref: str, source: str = "", field: str = "model") -> ModelSpec:
     try:
         config = load_catalogue_config(ref)
     except KeyError:
-        valid = ", ".join(catalogue_ids())
-        message = f"unknown model id {ref!r}; valid: {valid}, or a path to a config.json"
+        ids = catalogue_ids()
+        message = (f"unknown model id {ref!r}{did_you_mean(ref, ids)}; valid: {', '.join(ids)}, or a path to a "
+                   "config.json")
         raise InputError(source, field, message) from None
     return model_from_hf_config(config, model_id=ref, source=f"perfmodel/catalogue/{ref}.json")

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import HardwareOptions
 from perfmodel.inputs.job import RLSpec, TrainSpec
 from perfmodel.inputs.stack import StackOptions
@@ -54,6 +55,29 @@ class RunSpec(BaseModel):
         if self.kind == "pretrain" and self.rl is not None:
             raise ValueError("an rl: section needs kind: rl")
         return self
+
+    @classmethod
+    def reference_problems(cls, data: Any) -> list[tuple[tuple[str, ...], str]]:
+        """The ids in a run's raw mapping that name no hardware profile or catalogue model, checked even when the
+        mapping has other errors (perfmodel.inputs.loading.first_error), so a mistyped id is never hidden behind
+        a missing field."""
+        from perfmodel.inputs.hardware import load_hardware
+        from perfmodel.inputs.model import load_model
+
+        if not isinstance(data, dict):
+            return []
+        out: list[tuple[tuple[str, ...], str]] = []
+        model = data.get("model")
+        for loc, ref, load in (
+            (("hardware",), data.get("hardware"), load_hardware),
+            (("model", "id"), model.get("id") if isinstance(model, dict) else None, load_model),
+        ):
+            if isinstance(ref, str) and ref and not ref.endswith((".yaml", ".yml", ".json")) and "/" not in ref:
+                try:
+                    load(ref)
+                except InputError as err:
+                    out.append((loc, err.message))
+        return out
 
     @property
     def train_gpus(self) -> int:

@@ -149,11 +149,12 @@ def _check_layout(run: RunSpec, m: ModelSpec, stack: Stack, source: str) -> tupl
     gpus = run.train_gpus
     mp = lay.tp * lay.pp * lay.cp
     if gpus % mp:
-        raise _fail(source, f"{f}", f"tp x pp x cp = {mp} does not divide the {gpus} training GPUs")
+        raise _fail(source, f"{f}", f"tp x pp x cp = {lay.tp} x {lay.pp} x {lay.cp} = {mp} does not divide the "
+                    f"{gpus} training GPUs ({gpus} / {mp} = {gpus / mp:g})")
     dp = gpus // mp
     if lay.dp is not None and lay.dp != dp:
-        raise _fail(source, f"{f}.dp", f"world size {gpus} != tp x pp x cp x dp = {mp} x {lay.dp} = {mp * lay.dp}; "
-                    f"dp must be {dp} (or omit it)")
+        raise _fail(source, f"{f}.dp", f"tp x pp x cp x dp = {lay.tp} x {lay.pp} x {lay.cp} x {lay.dp} = "
+                    f"{mp * lay.dp} GPUs, but the run trains on {gpus}: dp must be {gpus} / {mp} = {dp} (or omit it)")
 
     attn = m.layers[0].attention
     if stack.attention_kernel == "materialized" and any(x.attention.kind != "gqa" for x in m.layers):

@@ -11,7 +11,9 @@ def _gb(x: float) -> str:
 
 
 def print_result(result, console: Console | None = None) -> None:
-    console = console or Console()
+    from perfmodel.commands.output import console as default_console
+
+    console = console or default_console()
     d = result.to_json()
     console.print(f"[bold]{d['kind']}[/] step of {d['model']} on {d['gpus']} x {d['hardware']}: "
                   f"{d['layout']}, {d['schedule']}, pipeline split {','.join(map(str, d['pipeline_split']))}, "
