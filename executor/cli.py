@@ -1,6 +1,7 @@
 """`executor`: launch a plan for real and read back what was measured.
 
   executor launch --plan PLAN [--steps N] [--store PATH] [--run-dir DIR] [--dry-run] [--debug]
+  (the store: $EXECUTOR_STORE, or $XDG_DATA_HOME/perfmodel/executor.sqlite: executor.store_path)
   executor runs [--store PATH]
   executor show RUN [--store PATH]
   executor export RUN --out CASE [--skip-steps N] [--store PATH]
@@ -24,7 +25,7 @@ from typing import Any
 
 from perfmodel.errors import InputError
 
-DEFAULT_STORE = Path("runs") / "executor.sqlite"
+STORE_HELP = "SQLite store (default: $EXECUTOR_STORE, or $XDG_DATA_HOME/perfmodel/executor.sqlite)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,8 +36,8 @@ def _parser() -> argparse.ArgumentParser:
                             "or miles (Ray job on a cluster; --dry-run prints it)")
     launch.add_argument("--plan", required=True, help="plan file (YAML/JSON) as written by perfmodel sweep")
     launch.add_argument("--steps", type=int, help="GRPO steps (default: executor.options.steps)")
-    launch.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"SQLite store (default {DEFAULT_STORE})")
-    launch.add_argument("--run-dir", type=Path, help="run folder (default runs/<run-id>/)")
+    launch.add_argument("--store", type=Path, help=STORE_HELP)
+    launch.add_argument("--run-dir", type=Path, help="run folder (default: runs/<run-id>/ next to the store)")
     launch.add_argument("--dry-run", action="store_true",
                         help="backend miles: print the Ray commands, the job submission and its runtime env only")
     launch.add_argument("--ray-address", help="backend miles: Ray dashboard address (default: plan options, "
@@ -44,27 +45,23 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--timeout", type=float, help="backend miles: stop the job after this many seconds")
     launch.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     runs = sub.add_parser("runs", help="list the runs in the store")
-    runs.add_argument("--store", type=Path, default=DEFAULT_STORE)
+    runs.add_argument("--store", type=Path, help=STORE_HELP)
     show = sub.add_parser("show", help="a run: measured per phase next to the plan's prediction")
     show.add_argument("run", help="run id (a unique prefix is enough)")
-    show.add_argument("--store", type=Path, default=DEFAULT_STORE)
+    show.add_argument("--store", type=Path, help=STORE_HELP)
     export = sub.add_parser("export", help="a run as a validation case (for perfmodel validate / calibrate)")
     export.add_argument("run", help="run id (a unique prefix is enough)")
     export.add_argument("--out", required=True, type=Path, help="case YAML to write")
     export.add_argument("--skip-steps", type=int, default=1, help="warm-up steps left out (default 1)")
-    export.add_argument("--store", type=Path, default=DEFAULT_STORE)
+    export.add_argument("--store", type=Path, help=STORE_HELP)
     return p
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from executor.backends.base import LaunchOptions
-    from executor.backends.registry import backend_for
-    from perfmodel.inputs.plan import load_plan
+    from executor.api import launch
 
-    plan = load_plan(args.plan)
-    options = LaunchOptions(plan_path=args.plan, store_path=args.store, steps=args.steps, run_dir=args.run_dir,
-                            dry_run=args.dry_run, ray_address=args.ray_address, timeout_s=args.timeout)
-    return backend_for(plan, args.plan).launch(plan, options).exit_code
+    return launch(args.plan, steps=args.steps, store=args.store, run_dir=args.run_dir, dry_run=args.dry_run,
+                  ray_address=args.ray_address, timeout_s=args.timeout).exit_code
 
 
 def _open_store(path: Path) -> Any:
@@ -125,6 +122,20 @@ def _plan_of(run: dict) -> Any:
     return load_plan(path)
 
 
+def _host_prediction(run: dict, steps: list[dict], store_path: Path) -> dict[str, float]:
+    """The plan re-priced for the host that ran it (its probe: a cpu-local host differs from the profile's by up to
+    30x) and the workload it measured, as `executor export` would write the case; {} without a probe."""
+    from executor.export import run_as_case
+    from perfmodel.inputs.case import ValidationCase
+    from perfmodel.inputs.loading import parse
+    from perfmodel.predict import simulate_run
+
+    if not run["environment"].get("host_probe") or _plan_of(run) is None:
+        return {}
+    case = parse(ValidationCase, run_as_case(run, steps, str(store_path)), f"run {run['run_id']}")
+    return simulate_run(case, source=case.id).metrics()
+
+
 def _show(args: argparse.Namespace) -> int:
     from executor.records import PHASES
     from perfmodel.results import PHASE_METRICS
@@ -151,10 +162,13 @@ def _show(args: argparse.Namespace) -> int:
         print(f"predicted with stack {pw.stack} on {pw.hardware}, calibration {cal.name}"
               + (" (" + ", ".join(f"{k}={v:.4g}" for k, v in cal.params.items()) + ")" if cal.params else ""))
     band = plan.band if plan is not None else {}
+    host = _host_prediction(run, steps, args.store)
     print(f"\n{len(steps)} steps; per phase: measured median, mean, max vs the plan's prediction"
-          " (- : not predicted, or not applicable on this machine)")
+          " (- : not predicted, or not applicable on this machine)"
+          + ("; 'this host': the plan re-priced with the host's measured matmul rate and the run's workload"
+             if host else ""))
     print(f"{'phase':15} {'median':>10} {'mean':>10} {'max':>10} {'predicted':>12}"
-          + (f" {'P10-P90':>19}" if band else ""))
+          + (f" {'P10-P90':>19}" if band else "") + (f" {'this host':>10}" if host else ""))
     for phase in PHASES:
         vals = [v for v in (s["phases_s"].get(phase) for s in steps) if v is not None]
         metric = PHASE_METRICS.get(phase, "")
@@ -162,7 +176,8 @@ def _show(args: argparse.Namespace) -> int:
         med, mean, top = ((statistics.median(vals), statistics.fmean(vals), max(vals)) if vals else (None, None, None))
         lohi = band.get(metric)
         print(f"{phase:15} {_fmt(med):>10} {_fmt(mean):>10} {_fmt(top):>10} {_fmt(pred):>12}"
-              + ((f" {_fmt(lohi[0]):>9}-{_fmt(lohi[1]):<9}" if lohi else f" {'-':>19}") if band else ""))
+              + ((f" {_fmt(lohi[0]):>9}-{_fmt(lohi[1]):<9}" if lohi else f" {'-':>19}") if band else "")
+              + (f" {_fmt(host.get(metric)):>10}" if host else ""))
     engine_rss = max((s["peak_rss_bytes"].get("engine", 0) for s in steps), default=0)
     trainer_rss = max((v for s in steps for k, v in s["peak_rss_bytes"].items() if k.startswith("rank")), default=0)
     if trainer_rss or engine_rss:
@@ -181,7 +196,11 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from executor.store_path import default_store_path
+
     args = _parser().parse_args(argv)
+    if args.command != "launch":
+        args.store = args.store or default_store_path()
     try:
         if args.command == "launch":
             return _launch(args)

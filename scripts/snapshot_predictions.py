@@ -3,6 +3,7 @@ a fixed sweep, as the model predicts them now. A refactor that must not change p
 it by tests/test_prediction_snapshot.py; a deliberate model change rewrites it (and says so in its commit).
 
     python scripts/snapshot_predictions.py            # rewrite tests/data/prediction-snapshot.json
+                                                      # and the example plans' predictions (tests/test_examples.py)
 """
 
 from __future__ import annotations
@@ -58,5 +59,10 @@ def snapshot() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    from perfmodel.cli import main
+
     SNAPSHOT.write_text(json.dumps(snapshot(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {SNAPSHOT}")
+    for plan in sorted((REPO / "examples").glob("*.yaml")):  # what `executor show` compares a run against
+        if main(["simulate", str(plan), "--write-plan", "--json"]) != 0:
+            sys.exit(f"could not write the prediction of {plan}")

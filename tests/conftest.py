@@ -13,6 +13,16 @@ REPO = Path(__file__).resolve().parent.parent
 CASES_DIR = REPO / "studies" / "validation" / "cases"
 
 
+@pytest.fixture(autouse=True)
+def _user_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's executor store and run folders in its own data dir (executor/store_path.py), never the
+    user's ~/.local/share/perfmodel; subprocesses inherit it."""
+    data = tmp_path_factory.mktemp("xdg-data")
+    monkeypatch.setenv("XDG_DATA_HOME", str(data))
+    monkeypatch.delenv("EXECUTOR_STORE", raising=False)
+    return data
+
+
 @pytest.fixture
 def case_dict() -> dict:
     """A fresh copy of a valid pretrain case (Llama 3 70B on H100, TP4/PP8/VPP5)."""

@@ -286,7 +286,7 @@ def test_top_plans_that_predict_the_same_are_one_row_and_the_sweep_says_what_nex
     """Plans differing only in a knob the model does not price (the rollout engine's EP) share one top row that
     names the knob; the closing lines give the best plan's real path for simulate and a dry-run launch; a rerun
     served from the cache says so instead of a rate."""
-    from perfmodel.commands.sweep import group_equal_plans
+    from perfmodel.sweep.ranking import group_equal_plans
 
     rows = [{"label": "a", "step_time_s": 1.0, "engine_ep": 1}, {"label": "b", "step_time_s": 1.0, "engine_ep": 8},
             {"label": "c", "step_time_s": 2.0, "engine_ep": 1}, {"label": "d", "step_time_s": 3.0, "engine_ep": 1},

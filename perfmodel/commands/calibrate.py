@@ -7,11 +7,7 @@ import math
 import shlex
 import sys
 
-from perfmodel.errors import InputError
-from perfmodel.inputs.stack import NUMERIC_KNOBS, PART_KNOBS
-
-# RL runs inform every knob; pretraining runs the training knobs except the log-prob passes'
-TRAIN_KNOBS = tuple(k for k in NUMERIC_KNOBS if k in PART_KNOBS["train"] and k != "log_probs_compute_scale")
+from perfmodel.inputs.stack import TRAIN_FIT_KNOBS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stack", help="stack id to fit (framework[@release] as resolved; default: the runs' one stack)")
     p.add_argument("--hardware", help="only the runs on this hardware (required with --hardware-params)")
     p.add_argument("--params", help="comma-separated stack knobs (default: those the runs' figures depend on: "
-                   f"{', '.join(TRAIN_KNOBS)}, and for RL runs every numeric knob)")
+                   f"{', '.join(TRAIN_FIT_KNOBS)}, and for RL runs every numeric knob)")
     p.add_argument("--hardware-params", help="comma-separated hardware parameters fitted jointly (e.g. "
                    "hbm_efficiency,gemm_max_efficiency_bf16); none by default: the hardware stays first principles")
     p.add_argument("--out", required=True, help="calibration overlay YAML to write")
@@ -38,37 +34,12 @@ def _names(text: str | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfmodel.calibration import fit_calibration, write_calibration
-    from perfmodel.inputs.case import case_paths, load_case
-    from perfmodel.inputs.hardware import load_hardware
-    from perfmodel.inputs.stack import resolve_stack
+    from perfmodel.api import calibrate
 
-    hw = load_hardware(args.hardware, field="--hardware") if args.hardware else None
-    if args.hardware_params and hw is None:
-        raise InputError("--hardware-params", "--hardware", "hardware parameters are fitted on one hardware: add "
-                         "--hardware <id>")
-    paths = case_paths(args.paths)
-    loaded = [(load_case(p), str(p)) for p in paths]
-    loaded = [(c, p) for c, p in loaded if hw is None or c.hardware == hw.id]
-    stack_of = {p: resolve_stack(c.stack, c.stack_options, p).id for c, p in loaded}
-    stacks = sorted(set(stack_of.values()))
-    if args.stack:
-        loaded = [(c, p) for c, p in loaded if stack_of[p] == args.stack]
-    elif len(stacks) > 1:
-        raise InputError(", ".join(args.paths), "stack", f"the runs are priced with {len(stacks)} stacks "
-                         f"({', '.join(stacks)}); choose one with --stack")
-    if not loaded:
-        where = f" on {hw.id}" if hw else ""
-        raise InputError(", ".join(args.paths), "stack", f"no measured run of stack {args.stack or stacks}{where} "
-                         f"among the given cases (stacks there: {', '.join(stacks) or 'none'})")
-    names = _names(args.params)
-    if not names:
-        names = list(NUMERIC_KNOBS if any(c.rl for c, _ in loaded) else TRAIN_KNOBS)
-    cases = [c for c, _ in loaded]
-    cal = fit_calibration(cases, names, _names(args.hardware_params), hardware=hw,
-                          sources=[p for _, p in loaded],
-                          command="perfmodel calibrate " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
-    write_calibration(args.out, cal)
+    cal = calibrate(args.paths, params=_names(args.params) or None, stack=args.stack, hardware=args.hardware,
+                    hardware_params=_names(args.hardware_params), out=args.out,
+                    command="perfmodel calibrate " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
+    cases = cal.provenance["fitted_on"]
     f = cal.fit
     print(f"fitted stack {cal.stack or '-'}{' on ' + cal.hardware if cal.hardware else ''} to {len(cases)} runs "
           f"({f['n_figures']} figures) in {f['seconds']:.1f} s: RMS log error {f['residual_rms_log_before']:.3f} -> "

@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "throughput (the overlay's uncertainty; without one, the prior on the stack's multipliers)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON of the simulated step")
+    p.add_argument("--write-plan", nargs="?", const="", metavar="OUT",
+                   help="FILE is a plan: write its predicted figures, the calibration they used and the stack "
+                   "knobs they were priced with into it (or into OUT), the rest of the file kept as written; "
+                   "`executor show` compares a run against them")
     p.set_defaults(func=run)
 
 
@@ -97,23 +101,51 @@ def load_run_for_simulation(args: argparse.Namespace) -> tuple[RunSpec, str]:
     return parse(RunSpec, data, source), source
 
 
+def _write_plan(args: argparse.Namespace, run_spec: RunSpec, result: Any, cal: Any) -> None:
+    import time
+
+    from perfmodel import __version__
+    from perfmodel.cost.memory.rollout import rollout_memory
+    from perfmodel.cost.memory.training import training_memory
+    from perfmodel.inputs.plan import Plan, prediction_blocks, write_prediction
+    from perfmodel.inputs.run import RunSpec
+    from perfmodel.inputs.run_file import load_run_file
+    from perfmodel.inputs.scenario import build_scenario
+
+    plan = load_run_file(args.file) if args.file else None
+    if not isinstance(plan, Plan):
+        raise InputError(args.file or "<flags>", "--write-plan", "needs FILE to be a plan (plan_version: 1); "
+                         "perfmodel sweep writes them, examples/*.yaml are some")
+    if RunSpec.model_validate(plan.model_dump(include=set(RunSpec.model_fields))) != run_spec:
+        raise InputError(args.file, "--write-plan", "the flags change the plan: edit the file, then write its "
+                         "prediction")
+    scn = build_scenario(run_spec, source=args.file)
+    blocks = prediction_blocks(result.metrics(), training_memory(scn).total_bytes,
+                               rollout_memory(scn).total_bytes if run_spec.rl else None,
+                               run_spec.model_dump(mode="json", by_alias=True, exclude_none=True), cal)
+    out = args.write_plan or args.file
+    header = (f"written by perfmodel simulate --write-plan ({__version__}, {time.strftime('%Y-%m-%d')}): "
+              "what the model predicts for this plan, and with what")
+    write_prediction(args.file, out, blocks, header)
+    print(f"wrote the prediction into {out}")
+
+
 def run(args: argparse.Namespace) -> int:
+    from perfmodel.api import simulate
     from perfmodel.calibration import load_calibration, prediction_band
     from perfmodel.inputs.scenario import build_scenario
-    from perfmodel.predict import simulate_scenario
     from perfmodel.report.text import print_result
 
     run_spec, source = load_run_for_simulation(args)
-    base = build_scenario(run_spec, source=source)
     cal = load_calibration(args.calibration) if args.calibration else None
-    if cal is not None:
-        cal.check(base, source)
-    result = simulate_scenario(cal.apply(base) if cal else base, record_trace=bool(args.trace))
-    bands = prediction_band(base, cal) if args.band else {}
+    result = simulate(run_spec, calibration=cal, trace=bool(args.trace), source=source)
+    bands = prediction_band(build_scenario(run_spec, source=source), cal) if args.band else {}
     if args.trace:
         from perfmodel.trace import write_trace
 
         write_trace(result.spans(), args.trace)
+    if args.write_plan is not None:
+        _write_plan(args, run_spec, result, cal)
     if args.json:
         out = result.to_json()
         if bands:

@@ -44,27 +44,22 @@ def _fmt_num(x: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfmodel.validate import default_cases_dir, run_validation, validation_json
+    from perfmodel.api import case_inputs, validate
 
-    paths = args.paths
-    if not paths:
-        d = default_cases_dir()
-        if d is None:
-            raise InputError("", "PATH", "give case files or folders (no bundled cases found)")
-        paths = [str(d)]
+    paths = case_inputs(args.paths or None)
     if args.cv:
         return _run_cv(paths, args.format)
-    report = run_validation(paths, args.calibration, band=args.band)
+    report = validate(paths, calibration=args.calibration or (), band=args.band)
     if args.format == "json":
-        print(json.dumps(validation_json(report), indent=2))
+        print(json.dumps(report.to_json(), indent=2))
         return 0
     if args.format == "csv":
-        write_rows(report["cases"], "csv", CSV_COLUMNS)
+        write_rows(report.rows, "csv", CSV_COLUMNS)
         return 0
     out = console()
     cols = ["case", "metric", "measured", "predicted", "error"] + (["P10", "P90"] if args.band else [])
     table = new_table("perfmodel validate", cols, left=("case", "metric"))
-    rows = report["cases"]
+    rows = report.rows
     for i, row in enumerate(rows):  # one section per case: its id once, then its metrics
         first = i == 0 or rows[i - 1]["id"] != row["id"]
         last = i == len(rows) - 1 or rows[i + 1]["id"] != row["id"]
@@ -72,17 +67,17 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(row["id"] if first else "", row["metric"], _fmt_num(row["measured"]),
                       _fmt_num(row["predicted"]), _fmt_pct(row["rel_error"]), *band, end_section=last)
     out.print(table)
-    for f in report["failed"]:
+    for f in report.failed:
         out.print(f"[yellow]not predicted[/]: {f['id']}: {f['reason']}", soft_wrap=True)
-    for cid, st in report.get("stacks", {}).items():
+    for cid, st in report.stacks.items():
         for note in st["notes"]:
             out.print(f"note: {cid}: {note}", soft_wrap=True)
-    s = report["summary"]
+    s = report.summary
     line = (f"{s['cases']} cases, {s['failed_cases']} not predicted; scored metrics n={s['n']}, "
             f"mean |error| {_fmt_pct(s['mean_abs_rel_error'])}, max |error| {_fmt_pct(s['max_abs_rel_error'])}")
     out.print(line.replace("+", ""), soft_wrap=True)
     if args.band:
-        banded = [r for r in report["cases"] if r.get("p10") is not None]
+        banded = [r for r in report.rows if r.get("p10") is not None]
         inside = sum(r["p10"] <= r["measured"] <= r["p90"] for r in banded)
         out.print(f"P10-P90 coverage: {inside} of {len(banded)} measured figures inside their band"
                   + (f" ({inside / len(banded):.0%})" if banded else ""), soft_wrap=True)

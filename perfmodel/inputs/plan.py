@@ -60,6 +60,55 @@ class Plan(RunSpec):
     notes: str = ""
 
 
+# the figures a plan predicts (the names measurements use), besides peak memory
+PREDICTED_METRICS = ("step_time_s", "rollout_time_s", "log_probs_time_s", "train_time_s", "weight_update_time_s",
+                     "tokens_per_s_per_gpu")
+
+
+def prediction_blocks(figures: dict[str, Any], train_memory_bytes: float | None, rollout_memory_bytes: float | None,
+                      run: dict[str, Any], calibration: Any) -> dict[str, Any]:
+    """A plan's `predicted`, `calibration` and `priced_with` sections: what the model predicted, with which overlay
+    (its path and parameters, or none) and which hardware and stack knobs, so a measurement is compared with like."""
+    from perfmodel.inputs.stack import KNOBS, StackOptions, resolve_stack
+
+    options = run.get("stack_options")
+    stack = resolve_stack(run.get("stack"), StackOptions(**options) if options else None)
+    predicted = {k: figures[k] for k in PREDICTED_METRICS if figures.get(k) not in (None, "")}
+    if train_memory_bytes:
+        predicted["peak_memory_train_bytes"] = train_memory_bytes
+    if rollout_memory_bytes:
+        predicted["peak_memory_rollout_bytes"] = rollout_memory_bytes
+    params = {}
+    if calibration is not None:
+        params = {**{f"stack.{k}": v for k, v in calibration.stack_params.items()},
+                  **{f"hardware.{k}": v for k, v in calibration.hardware_params.items()}}
+    return {"predicted": predicted,
+            "calibration": {"name": calibration.path if calibration is not None else "none", "params": params},
+            "priced_with": {"hardware": run["hardware"], "stack": stack.id, "notes": list(stack.notes),
+                            "stack_knobs": {k: getattr(stack, k) for k in KNOBS}}}
+
+
+def write_prediction(plan_path: str | Path, out: str | Path, blocks: dict[str, Any], header: str) -> None:
+    """The plan file's text with its prediction sections replaced by `blocks` (appended at the end under a `header`
+    comment): the user's other lines and comments are kept as they wrote them."""
+    lines = Path(plan_path).read_text(encoding="utf-8").splitlines()
+    kept: list[str] = []
+    skipping = False
+    for line in lines:
+        top = line[:1] not in ("", " ", "\t", "#", "-")
+        if top:
+            skipping = line.split(":", 1)[0].strip() in (*blocks, "band")
+        elif line.startswith("# written by perfmodel simulate --write-plan"):
+            continue
+        if not skipping:
+            kept.append(line)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    text = "\n".join(kept) + "\n" + f"# {header}\n" + yaml.safe_dump(blocks, sort_keys=False)
+    parse(Plan, yaml.safe_load(text), str(out))  # what is written loads as a plan
+    Path(out).write_text(text, encoding="utf-8")
+
+
 def load_plan(path: str | Path) -> Plan:
     return parse(Plan, read_mapping(path), str(path))
 

@@ -135,6 +135,9 @@ PART_KNOBS = {
     "rl_step": RL_STEP_KNOBS,
     "train": tuple(k for k in KNOBS if k not in ROLLOUT_KNOBS + WEIGHT_UPDATE_KNOBS + RL_STEP_KNOBS),
 }
+# what a pretraining run's figures inform (`perfmodel calibrate`'s default without RL runs): the training knobs
+# except the log-prob passes'; RL runs inform every NUMERIC_KNOB
+TRAIN_FIT_KNOBS = tuple(k for k in NUMERIC_KNOBS if k in PART_KNOBS["train"] and k != "log_probs_compute_scale")
 
 
 class Stack(BaseModel):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from executor.backends.base import LaunchOptions, RunOutcome
 from executor.backends.local.options import LocalOptions
 from executor.backends.local.runner import launch as run_local
 from executor.plan_check import check_plan
+from executor.store_path import default_run_dir
 from perfmodel.errors import InputError
 from perfmodel.inputs.plan import Plan
 
@@ -26,7 +26,7 @@ class LocalBackend:
         checked = check_plan(options.plan_path)
         steps = options.steps or LocalOptions.model_validate(checked.plan.executor.options).steps
         run_id = f"{checked.plan.id}-{time.strftime('%Y%m%d-%H%M%S')}"
-        run_dir = options.run_dir or Path("runs") / run_id
+        run_dir = options.run_dir or default_run_dir(options.store_path, run_id)
         if run_dir.exists() and any(run_dir.iterdir()):
             raise InputError(str(run_dir), "--run-dir", "exists and is not empty; choose another folder")
         return run_local(checked, run_id, run_dir, options.store_path, steps)

@@ -10,6 +10,7 @@ from executor.backends.base import LaunchOptions, RunOutcome
 from executor.backends.miles.run import default_run_id, run_miles
 from executor.measurement_sink import MeasurementSink
 from executor.records import RunRecord, environment, plan_hash
+from executor.store_path import default_run_dir
 from perfmodel.inputs.plan import Plan
 
 
@@ -21,7 +22,7 @@ class MilesBackend:
             result = run_miles(plan, options.plan_path, dry_run=True)
             return RunOutcome(result.run_id, "dry_run", 0, 0)
         run_id = default_run_id(plan)
-        run_dir = options.run_dir or Path("runs") / run_id
+        run_dir = options.run_dir or default_run_dir(options.store_path, run_id)
         run_dir.mkdir(parents=True, exist_ok=True)
         sink = MeasurementSink.open(options.store_path)
         try:

@@ -1,0 +1,33 @@
+"""The executor's Python API: `launch(plan)` does what `executor launch --plan PLAN` does and returns the
+outcome (run id, status, steps recorded, exit code); the command is a thin layer of flags over it.
+
+    import executor
+    outcome = executor.launch("examples/local-grpo.yaml", steps=3)
+    outcome.run_id, outcome.status
+
+Bad input raises `perfmodel.errors.InputError` (file, field, what to fix) before anything starts.
+"""
+
+from __future__ import annotations
+
+from os import PathLike
+from pathlib import Path
+
+from executor.backends.base import LaunchOptions, RunOutcome
+from executor.store_path import default_store_path
+
+
+def launch(plan: str | PathLike, *, steps: int | None = None, store: str | PathLike | None = None,
+           run_dir: str | PathLike | None = None, dry_run: bool = False, ray_address: str | None = None,
+           timeout_s: float | None = None) -> RunOutcome:
+    """Run the plan file with the backend its `executor.backend` names (local: this machine; miles: a Ray job),
+    recording every step in the SQLite store (default: the per-user one, executor.store_path)."""
+    from executor.backends.registry import backend_for
+    from perfmodel.inputs.plan import load_plan
+
+    path = str(plan)
+    loaded = load_plan(path)
+    options = LaunchOptions(plan_path=path, store_path=Path(store) if store else default_store_path(),
+                            steps=steps, run_dir=Path(run_dir) if run_dir else None, dry_run=dry_run,
+                            ray_address=ray_address, timeout_s=timeout_s)
+    return backend_for(loaded, path).launch(loaded, options)

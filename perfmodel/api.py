@@ -1,0 +1,245 @@
+"""The Python API: what the `perfmodel` commands do, as typed functions. The commands are a thin layer of flags
+and printing over these; a notebook or a script calls them directly.
+
+    import perfmodel
+    result = perfmodel.simulate("examples/local-grpo.yaml")          # a case, plan or run file, a dict or a RunSpec
+    result.metrics()["step_time_s"]
+    ranking = perfmodel.sweep(out="sweeps/try1")                     # the embedded default sweep
+    ranking.top[0]["plan_path"]                                      # what `executor launch --plan` takes
+    report = perfmodel.validate()                                    # the bundled public cases
+    cal = perfmodel.calibrate(["runs/case1.yaml", "runs/case2.yaml"], out="cal.yaml")
+
+Bad input raises `perfmodel.errors.InputError` (file, field, what to fix), as the CLI prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from os import PathLike
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from perfmodel.errors import InputError
+
+if TYPE_CHECKING:
+    from perfmodel.calibration import Calibration
+    from perfmodel.inputs.run import RunSpec
+    from perfmodel.results import RunResult
+    from perfmodel.sweep.run import SweepOutcome
+    from perfmodel.sweep.spec import SweepSpec
+
+RunLike: TypeAlias = "RunSpec | Mapping[str, Any] | str | PathLike"
+CalibrationLike: TypeAlias = "Calibration | str | PathLike | None"
+PathsLike: TypeAlias = "str | PathLike | Sequence[str | PathLike] | None"
+
+
+def load_run(run: RunLike, source: str = "") -> tuple[RunSpec, str]:
+    """A run from a file (case, plan or run YAML/JSON), a mapping or a RunSpec; returns it with its source name."""
+    from perfmodel.inputs.loading import parse
+    from perfmodel.inputs.run import RunSpec
+    from perfmodel.inputs.run_file import load_run_file
+
+    if isinstance(run, RunSpec):
+        return run, source or "<run>"
+    if isinstance(run, Mapping):
+        return parse(RunSpec, dict(run), source or "<dict>"), source or "<dict>"
+    path = str(run)
+    return load_run_file(path), path
+
+
+def _calibration(cal: CalibrationLike) -> Calibration | None:
+    from perfmodel.calibration import load_calibration
+
+    if cal is None or not isinstance(cal, (str, PathLike)):
+        return cal
+    return load_calibration(str(cal))
+
+
+def simulate(run: RunLike, *, calibration: CalibrationLike = None, trace: bool = False, source: str = "",
+             ) -> RunResult:
+    """One step of the run (training, or an RL step with every phase): `.metrics()`, `.to_json()`, and with
+    `trace=True` `.spans()` for a Perfetto trace (perfmodel.trace.write_trace). `source` names the run in errors."""
+    from perfmodel.inputs.scenario import build_scenario
+    from perfmodel.predict import simulate_scenario
+
+    spec, source = load_run(run, source)
+    base = build_scenario(spec, source=source)
+    cal = _calibration(calibration)
+    if cal is not None:
+        cal.check(base, source)
+    return simulate_scenario(cal.apply(base) if cal else base, record_trace=trace)
+
+
+@dataclass
+class Ranking:
+    """A sweep's result: the top rows (plans predicting the same grouped: `equal_plans`, `equal_knobs`), each with
+    its `plan_path`; every candidate's row (`outcome.rows`, also OUT/candidates.csv) and the files written."""
+
+    spec: SweepSpec
+    out: Path
+    candidates: int
+    outcome: SweepOutcome
+    top: list[dict[str, Any]]
+    report: Path | None = None
+    files: list[Path] = field(default_factory=list)
+
+
+def sweep(spec: SweepSpec | str | PathLike | None = None, *, spec_path: str = "", out: str | PathLike | None = None,
+          top: int = 5,
+          workers: int | None = None, ray_address: str | None = None, cache: bool = True,
+          calibration: CalibrationLike = None, band: bool = False, report: bool = True,
+          progress: Callable[[int, int], None] | None = None, on_start: Callable[[int, Path], None] | None = None,
+          ) -> Ranking:
+    """Enumerate, prune and simulate every candidate plan of the sweep (a file, a SweepSpec, or None for the
+    embedded default; `spec_path` names a given SweepSpec's file in messages), rank them, and write OUT (default
+    sweeps/<time stamp>): candidates.csv, summary.json, plans/rank*.yaml, best_trace.json and report.html.
+    `progress(done, total)` is called as candidates finish; `on_start(candidates, out)` once they are enumerated."""
+    from perfmodel.inputs.hardware import load_hardware
+    from perfmodel.inputs.run import RunSpec
+    from perfmodel.inputs.scenario import resolve_model
+    from perfmodel.inputs.stack import StackOptions, resolve_stack
+    from perfmodel.sweep.cache import ResultCache, default_cache_path
+    from perfmodel.sweep.ranking import add_bands, group_equal_plans, write_plans
+    from perfmodel.sweep.run import evaluate_candidates, write_csv, write_summary
+    from perfmodel.sweep.space import enumerate_candidates
+    from perfmodel.sweep.spec import SweepSpec, default_sweep_path, load_sweep_spec
+
+    if isinstance(spec, SweepSpec):
+        spec_path = spec_path or "<sweep spec>"
+    else:
+        spec_path = str(spec) if spec is not None else str(default_sweep_path())
+        spec = load_sweep_spec(spec_path)
+    hw = load_hardware(spec.hardware, source=spec_path)
+    cal = _calibration(calibration)
+    if cal is not None:  # hardware parameters into the profile, stack parameters into every candidate's stack
+        hw = cal.hardware_profile(hw)
+        stack = resolve_stack(spec.stack, StackOptions(**spec.stack_options) if spec.stack_options else None)
+        options = cal.as_stack_options(stack.id, spec.stack_options, spec_path)
+        if options:
+            spec = spec.model_copy(update={"stack_options": options})
+    model = resolve_model(RunSpec.model_construct(model=spec.model), spec_path)
+    moe = [layer.ffn for layer in model.layers if layer.ffn.kind == "moe"]
+    candidates = list(enumerate_candidates(spec, hw.gpus_per_node, moe[0].num_experts if moe else 0,
+                                           model.num_layers))
+    if not candidates:
+        raise InputError(spec_path, "space", "no candidate plans: widen the space or the node counts")
+    out_dir = Path(out or Path("sweeps") / time.strftime("%Y%m%d-%H%M%S"))
+    if (out_dir / "candidates.csv").exists():  # never overwrite an earlier sweep's results
+        raise InputError(str(out_dir), "--out", "holds an earlier sweep's results; choose another folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if on_start:
+        on_start(len(candidates), out_dir)
+    result_cache = ResultCache(default_cache_path()) if cache else None
+    model_key = json.dumps(spec.model.model_dump(), sort_keys=True)
+    try:
+        outcome = evaluate_candidates(spec, candidates, hw, model, model_key, workers=workers,
+                                      ray_address=ray_address, cache=result_cache, progress=progress)
+    finally:
+        if result_cache:
+            result_cache.close()
+    top_rows = group_equal_plans(outcome.top, max(1, top))
+    by_index = {c.index: c for c in candidates}
+    if band:
+        add_bands(top_rows, by_index, hw, cal)
+    plans_dir = out_dir / "plans"
+    top_summary = write_plans(top_rows, by_index, plans_dir, cal, Path(spec_path).name)
+    for row, entry in zip(top_rows, top_summary):
+        row["plan_path"] = entry["plan_path"]
+    extra: dict[str, Any] = {}
+    files = [Path(e["plan_path"]) for e in top_summary]
+    if top_rows:
+        from perfmodel.predict import simulate_run
+        from perfmodel.trace import write_trace
+
+        best_run = RunSpec.model_validate(by_index[top_rows[0]["index"]].run)
+        write_trace(simulate_run(best_run, hardware=hw, record_trace=True).spans(), out_dir / "best_trace.json")
+        extra["best_trace"] = "best_trace.json"
+        files.append(out_dir / "best_trace.json")
+    write_csv(outcome.rows, out_dir / "candidates.csv")
+    write_summary(spec, outcome, top_summary, out_dir / "summary.json", extra)
+    files += [out_dir / "candidates.csv", out_dir / "summary.json"]
+    html = None
+    if report and top_rows:
+        from perfmodel.report.capacity import build_report
+
+        html = Path(build_report(out_dir, out_html=out_dir / "report.html"))
+        files.append(html)
+    return Ranking(spec, out_dir, len(candidates), outcome, top_rows, html, files)
+
+
+@dataclass
+class ValidationReport:
+    """Every scored figure (`rows`: id, metric, measured, predicted, rel_error[, p10, p90]), the cases the model
+    could not predict with why (`failed`), and the error statistics (`summary`, with `by_kind`)."""
+
+    rows: list[dict[str, Any]]
+    failed: list[dict[str, Any]]
+    summary: dict[str, Any]
+    stacks: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cases": self.rows, "failed": self.failed, "stacks": self.stacks, "summary": self.summary}
+
+
+def case_inputs(paths: PathsLike) -> list[str]:
+    """Case files or folders as given, or the bundled public cases for None."""
+    from perfmodel.validate import default_cases_dir
+
+    if paths is None:
+        d = default_cases_dir()
+        if d is None:
+            raise InputError("", "PATH", "give case files or folders (no bundled cases found)")
+        return [str(d)]
+    if isinstance(paths, (str, PathLike)):
+        return [str(paths)]
+    return [str(p) for p in paths]
+
+
+def validate(cases: PathsLike = None, *, calibration: Sequence[str | PathLike] = (),
+             band: bool = False) -> ValidationReport:
+    """Score the model on measured runs (case files or folders; None: the bundled public cases), each overlay
+    applied to the cases of its stack (and hardware)."""
+    from perfmodel.validate import run_validation
+
+    report = run_validation(case_inputs(cases), [str(c) for c in calibration], band=band)
+    return ValidationReport(report["cases"], report["failed"], report["summary"], report.get("stacks", {}))
+
+
+def calibrate(cases: PathsLike, *, params: Sequence[str] | None = None, stack: str | None = None,
+              hardware: str | None = None, hardware_params: Sequence[str] = (), out: str | PathLike | None = None,
+              command: str = "") -> Calibration:
+    """Fit one stack's knobs (default: every knob the runs' figures depend on) and optionally named hardware
+    parameters (on `hardware`) to measured runs; parameters the runs do not inform are refused (`.refused`).
+    Writes the overlay to `out` when given (simulate, sweep and validate take it as `calibration`)."""
+    from perfmodel.calibration import fit_calibration, write_calibration
+    from perfmodel.inputs.case import case_paths, load_case
+    from perfmodel.inputs.hardware import load_hardware
+    from perfmodel.inputs.stack import NUMERIC_KNOBS, TRAIN_FIT_KNOBS, resolve_stack
+
+    given = case_inputs(cases)
+    hw = load_hardware(hardware, field="--hardware") if hardware else None
+    if hardware_params and hw is None:
+        raise InputError("--hardware-params", "--hardware", "hardware parameters are fitted on one hardware: add "
+                         "--hardware <id>")
+    loaded = [(load_case(p), str(p)) for p in case_paths(given)]
+    loaded = [(c, p) for c, p in loaded if hw is None or c.hardware == hw.id]
+    stack_of = {p: resolve_stack(c.stack, c.stack_options, p).id for c, p in loaded}
+    stacks = sorted(set(stack_of.values()))
+    if stack:
+        loaded = [(c, p) for c, p in loaded if stack_of[p] == stack]
+    elif len(stacks) > 1:
+        raise InputError(", ".join(given), "stack", f"the runs are priced with {len(stacks)} stacks "
+                         f"({', '.join(stacks)}); choose one with --stack")
+    if not loaded:
+        where = f" on {hw.id}" if hw else ""
+        raise InputError(", ".join(given), "stack", f"no measured run of stack {stack or stacks}{where} "
+                         f"among the given cases (stacks there: {', '.join(stacks) or 'none'})")
+    names = list(params or (NUMERIC_KNOBS if any(c.rl for c, _ in loaded) else TRAIN_FIT_KNOBS))
+    cal = fit_calibration([c for c, _ in loaded], names, list(hardware_params), hardware=hw,
+                          sources=[p for _, p in loaded], command=command)
+    if out is not None:
+        write_calibration(str(out), cal)
+    return cal
