@@ -46,8 +46,9 @@ class StepRecord:
     peak_rss_bytes: dict[str, int]  # "rank0", "rank1", "engine" -> VmHWM
     micro_batches: list[MicroBatchTiming] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)  # a few prompt/response/reward examples
-    host_s: dict[str, float] = field(default_factory=dict)  # host work inside the phases: "reward" (the reward
-    # function over the step's samples, in the rollout timer)
+    host_s: dict[str, float] = field(default_factory=dict)  # inside the rollout timer: "reward" (the reward
+    # function over the step's samples), "generate" (the engine's generate call), "gc_during_generate" (the
+    # driver's Python GC pauses within it): what tells a stall's cause
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

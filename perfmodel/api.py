@@ -186,7 +186,7 @@ class ValidationReport:
 
 def case_inputs(paths: PathsLike) -> list[str]:
     """Case files or folders as given, or the bundled public cases for None."""
-    from perfmodel.validate import default_cases_dir
+    from perfmodel.validation import default_cases_dir
 
     if paths is None:
         d = default_cases_dir()
@@ -202,7 +202,7 @@ def validate(cases: PathsLike = None, *, calibration: Sequence[str | PathLike] =
              band: bool = False) -> ValidationReport:
     """Score the model on measured runs (case files or folders; None: the bundled public cases), each overlay
     applied to the cases of its stack (and hardware)."""
-    from perfmodel.validate import run_validation
+    from perfmodel.validation import run_validation
 
     report = run_validation(case_inputs(cases), [str(c) for c in calibration], band=band)
     return ValidationReport(report["cases"], report["failed"], report["summary"], report.get("stacks", {}))

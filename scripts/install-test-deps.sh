@@ -1,13 +1,46 @@
 #!/usr/bin/env bash
-# Installs everything the test suite needs on a fresh machine: the package with its test, exec (SGLang,
-# megatron-core), report (kaleido) and ray extras, and Debian's chromium for report rendering tests.
+# Installs everything the test suite needs on a fresh machine, saying what it does as it goes: a headless browser
+# for the report tests (Debian's chromium as root; without root, Playwright's Chromium in ~/.cache), then the
+# package with its test, exec (SGLang + torch, megatron-core), report (kaleido) and ray extras. The first run
+# downloads about 11 GB (5 minutes on a fast link); later runs check and return in seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v chromium >/dev/null 2>&1; then
-  if [ "$(id -u)" = "0" ]; then
-    (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "warning: could not install chromium; report screenshot tests will fail" >&2
-  else
-    echo "warning: chromium missing; run: sudo apt-get install -y chromium" >&2
+t0=$SECONDS
+step() { printf '[install %3ds] %s\n' "$((SECONDS - t0))" "$*"; }
+
+browser() { python3 - <<'EOF' 2>/dev/null || true
+import importlib.util, sys
+sys.path.insert(0, ".")
+spec = importlib.util.spec_from_file_location("browser", "perfmodel/report/browser.py")
+mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+print(mod.find_browser() or "")
+EOF
+}
+
+found="$(browser)"
+if [ -n "$found" ]; then
+  step "1/2 headless browser for the report tests: $found"
+elif [ "$(id -u)" = "0" ]; then
+  step "1/2 headless browser: apt-get install chromium (Debian, about 300 MB)"
+  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+    || echo "warning: could not install chromium; the report rendering tests will fail" >&2
+else
+  step "1/2 headless browser: not root, so Playwright's Chromium into ~/.cache/ms-playwright (about 150 MB)"
+  if ! (python3 -m pip install --progress-bar off -q playwright && python3 -m playwright install chromium); then
+    echo "warning: no headless browser; the report rendering tests will fail. Run one of:" >&2
+    echo "  sudo apt-get install -y chromium" >&2
+    echo "  python3 -m pip install playwright && python3 -m playwright install chromium" >&2
+    echo "  export BROWSER_PATH=/path/to/chrome" >&2
   fi
 fi
-python3 -m pip install -q -e ".[test,exec,report,ray]"
+[ -n "$(browser)" ] && step "    browser: $(browser)"
+
+step "2/2 Python packages: perfmodel[test,exec,report,ray] (SGLang 0.5.23 with torch 2.14.1 about 10 GB, \
+megatron-core, Ray, kaleido); pip names each package as it fetches it"
+progress=()
+[ -t 1 ] || progress=(--progress-bar off)  # logs: one line per package, no bars
+python3 -m pip install "${progress[@]}" -e ".[test,exec,report,ray]" \
+  | { grep --line-buffered -vE "^Requirement already satisfied" || true; }  # pipefail: pip's failure stops here
+versions="$(python3 -c 'import importlib.metadata as m; print(", ".join(d + " " + m.version(d) for d in
+  ("perfmodel", "torch", "sglang", "megatron-core", "ray", "kaleido")))')"
+step "done: $versions"

@@ -26,7 +26,7 @@ def case_folders() -> list[Path]:
 
 
 def validation_predictions() -> dict[str, float | None]:
-    from perfmodel.validate import run_validation
+    from perfmodel.validation import run_validation
 
     out: dict[str, float | None] = {}
     for folder in case_folders():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.validate import run_validation
+from perfmodel.validation import run_validation
 
 STUDIES = Path(__file__).resolve().parents[1] / "studies" / "validation"
 DEVSET = STUDIES / "mbridge-archive" / "cases"

@@ -1,13 +1,14 @@
 """PNG export of report figures through kaleido (>= 1.0), which drives a local Chrome / Chromium.
 
-Kaleido finds Debian's `chromium` on PATH (or the browser named by BROWSER_PATH). One browser session renders all
-figures: starting it costs seconds, each image then takes a fraction of that. MathJax is off, so nothing is
-fetched from a CDN; plotly.js comes from the installed plotly package.
+Kaleido drives the browser perfmodel.report.browser finds (Debian's chromium, a Chrome on PATH, Playwright's).
+One browser session renders all figures: starting it costs seconds, each image then takes a fraction of that.
+MathJax is off, so nothing is fetched from a CDN; plotly.js comes from the installed plotly package.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,12 @@ def export_pngs(figures: dict[str, Any], png_dir: str | Path, width: int = PNG_W
     if not jobs:
         return []
 
+    from perfmodel.report.browser import HOW_TO_GET, find_browser
+
+    browser = find_browser()
+    if browser and not os.environ.get("BROWSER_PATH"):
+        os.environ["BROWSER_PATH"] = browser  # kaleido looks at PATH and BROWSER_PATH only
+
     async def render() -> None:
         async with kaleido.Kaleido(n=1, mathjax=False, timeout=timeout_s) as k:
             await k.write_fig_from_object(jobs, cancel_on_error=True)
@@ -47,8 +54,7 @@ def export_pngs(figures: dict[str, Any], png_dir: str | Path, width: int = PNG_W
         _run(render())
     except Exception as err:
         if type(err).__name__ == "ChromeNotFoundError":
-            raise InputError(str(out), "--png", "kaleido found no Chrome/Chromium: install Debian's chromium "
-                             "(apt-get install chromium) or set BROWSER_PATH=/path/to/chromium") from None
+            raise InputError(str(out), "--png", f"kaleido found no Chrome/Chromium: {HOW_TO_GET}") from None
         raise
     missing = [p for p in paths if not p.is_file()]
     if missing:

@@ -10,7 +10,7 @@ from executor.measurement_sink import MeasurementSink
 from executor.records import RunRecord, environment, plan_hash
 from executor.store import Store
 from perfmodel.inputs.case import load_case
-from perfmodel.validate import run_validation
+from perfmodel.validation import run_validation
 
 REPO = Path(__file__).resolve().parents[2]
 PLAN = REPO / "examples" / "local-grpo.yaml"

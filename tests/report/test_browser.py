@@ -20,10 +20,11 @@ N_FIGURES = 5  # breakdown, capacity, memory, timeline, measured
 
 
 def _chromium() -> str:
-    path = os.environ.get("BROWSER_PATH") or shutil.which("chromium") or shutil.which("chromium-browser")
+    from perfmodel.report.browser import HOW_TO_GET, find_browser
+
+    path = find_browser()
     if not path:
-        pytest.fail("chromium not found: apt-get install chromium (scripts/install-test-deps.sh does), "
-                    "or set BROWSER_PATH")
+        pytest.fail(f"no headless browser for the report tests: {HOW_TO_GET}")
     return path
 
 

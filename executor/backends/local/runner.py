@@ -55,6 +55,9 @@ def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, s
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[3]), env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
     print(f"run {run_id}: {plan.id} on {plan.hardware}, {record.layout}, {steps} steps -> {run_dir}", flush=True)
+    t_launch = time.time()
+    print(f"[{0.0:6.1f} s] starting {checked.processes} trainer process(es) under torchrun (imports take about "
+          "10 s), then the SGLang engine", flush=True)
     log_path = run_dir / "logs" / "torchrun.log"
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, bufsize=1)
@@ -63,8 +66,8 @@ def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, s
             for line in proc.stdout:
                 log.write(line)
                 log.flush()
-                if "[executor]" in line:
-                    print(line.split("[executor]", 1)[1].strip(), flush=True)
+                if "[executor]" in line:  # the worker's progress, with the time since launch
+                    print(f"[{time.time() - t_launch:6.1f} s] {line.split('[executor]', 1)[1].strip()}", flush=True)
             rc = proc.wait()
         except KeyboardInterrupt:  # Ctrl-C reached torchrun too (same process group); let it stop its ranks
             proc.terminate()

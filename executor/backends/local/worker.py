@@ -16,13 +16,17 @@ the actor (docs/rl-phases.md, Miles 4.4).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import importlib
 import json
 import os
 import random
 import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -121,7 +125,11 @@ def run(job: dict[str, Any]) -> None:
         importlib.import_module(module)
     import torch.distributed as dist
 
+    t_setup = time.time()
     setup = _setup(job)
+    if setup.rank == 0:
+        print(f"[executor] trainer ready: megatron-core model on {setup.world} rank(s) in {time.time() - t_setup:.1f} s"
+              + (" (with a critic)" if setup.critic is not None else "") + "; starting the SGLang engine", flush=True)
     driver = _open_driver(setup)  # None off rank 0
     try:
         _start_engine(setup, driver)
@@ -200,8 +208,9 @@ def _start_engine(setup: _Setup, driver: _Driver | None) -> None:
     write_hf_checkpoint(run_dir / "hf_init", setup.arch, init_tensors)
     t1 = time.time()
     max_tokens = rl.rollout.max_total_tokens or 4096
-    engine = driver.engine = RolloutEngine(run_dir / "hf_init", max_tokens, rl.rollout.max_running_requests,
-                                           setup.options.seed, rl.rollout.mem_fraction_static)
+    with _heartbeat("SGLang engine starting (model load, scheduler and tokenizer processes)"):
+        engine = driver.engine = RolloutEngine(run_dir / "hf_init", max_tokens, rl.rollout.max_running_requests,
+                                               setup.options.seed, rl.rollout.mem_fraction_static)
     t2 = time.time()
     first = push_weights(engine, init_tensors, rl.rollout.precision, rl.weight_update.mode, setup.arch,
                          run_dir / "hf_update")
@@ -258,7 +267,11 @@ def _generate_batch(setup: _Setup, driver: _Driver, rng: random.Random) -> dict[
     rl, options, engine = setup.rl, setup.options, driver.engine
     prompts = sample_prompts(options.task, rng, rl.prompts_per_step)
     expanded = [p for p in prompts for _ in range(rl.samples_per_prompt)]
+    gc_before = _GC_PAUSES.total_s
+    gen_t0 = time.perf_counter()
     gens = engine.generate([p.token_ids for p in expanded], rl.response_tokens.max, options.temperature)
+    generate_s = time.perf_counter() - gen_t0
+    gc_s = _GC_PAUSES.total_s - gc_before
     reward_t0 = time.perf_counter()
     rewards = torch.tensor([reward(g.response_text, p.answer) for g, p in zip(gens, expanded)])
     reward_s = time.perf_counter() - reward_t0
@@ -269,7 +282,7 @@ def _generate_batch(setup: _Setup, driver: _Driver, rng: random.Random) -> dict[
     return {
         "tokens": tokens, "prompt_lengths": plen, "response_lengths": rlen, "advantages": adv.tolist(),
         "rollout_log_probs": [g.log_probs for g in gens],
-        "rewards": rewards.tolist(), "reward_s": reward_s,
+        "rewards": rewards.tolist(), "reward_s": reward_s, "generate_s": generate_s, "gc_s": gc_s,
         "examples": [{"prompt": p.text, "answer": p.answer, "response": g.response_text, "reward": float(r)}
                      for p, g, r in examples],
     }
@@ -392,13 +405,56 @@ def _record_step(setup: _Setup, driver: _Driver, step: int, data: dict[str, Any]
         train_stats=train_summary,
         weight_update={**wu.__dict__, "gather_s": end["gather_weights"] - end["train"]},
         peak_rss_bytes={**{f"rank{m['rank']}": m["rss"] for m in gathered}, "engine": _engine_peak_rss_bytes()},
-        micro_batches=micro, samples=data["examples"], host_s={"reward": data["reward_s"]},
+        micro_batches=micro, samples=data["examples"],
+        host_s={"reward": data["reward_s"], "generate": data["generate_s"], "gc_during_generate": data["gc_s"]},
     )
     driver.trace.span(f"step {step}", step_t0, step_end - step_t0, lane="step")
     driver.sink.write_step(setup.job["run_id"], record)
     driver.trace.flush()
-    print(f"[executor] step {step}/{setup.steps}: {step_end - step_t0:.2f} s, reward {record.reward_mean:.3f}, "
-          f"logprob_abs_diff {abs_diff:.4f}, rollout_kl {kl:.5f}", flush=True)
+    ph = record.phases_s
+    parts = ", ".join(f"{name} {ph[key]:.2f}" for name, key in (("rollout", "rollout"), ("log-probs", "log_probs"),
+                                                               ("critic", "critic"), ("train", "train"),
+                                                               ("update", "weight_update")) if ph.get(key) is not None)
+    print(f"[executor] step {step}/{setup.steps}: {step_end - step_t0:.2f} s ({parts}), reward "
+          f"{record.reward_mean:.3f}, gap {abs_diff:.4f} (mean |train - rollout| log-prob), kl {kl:.5f}", flush=True)
+
+
+class _GcPauses:
+    """Seconds this process spent in Python's garbage collector (gc.callbacks), to tell a GC pause from a wait on
+    the engine when a rollout stalls."""
+
+    def __init__(self) -> None:
+        self.total_s = 0.0
+        self._t0 = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.total_s += time.perf_counter() - self._t0
+
+
+_GC_PAUSES = _GcPauses()
+
+
+@contextlib.contextmanager
+def _heartbeat(what: str, every_s: float = 5.0) -> Iterator[None]:
+    """A line every `every_s` while a long wait runs, so the user sees it is not stuck."""
+    done = threading.Event()
+    t0 = time.time()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            print(f"[executor] {what}: {time.time() - t0:.0f} s", flush=True)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _exit_on_sigterm(signum: int, _frame: Any) -> None:
