@@ -11,8 +11,8 @@ import yaml
 
 import executor
 import perfmodel
-import perfmodel.sweep.run  # noqa: F401  the API's names stay callable once the package's modules are loaded
-import perfmodel.validation  # noqa: F401
+import perfmodel.sweep.run  # the API's names stay callable once the package's modules are loaded
+import perfmodel.validation
 from perfmodel.cli import main
 from perfmodel.errors import InputError
 from tests.conftest import CASES_DIR
