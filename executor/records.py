@@ -46,9 +46,10 @@ class StepRecord:
     peak_rss_bytes: dict[str, int]  # "rank0", "rank1", "engine" -> VmHWM
     micro_batches: list[MicroBatchTiming] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)  # a few prompt/response/reward examples
-    host_s: dict[str, float] = field(default_factory=dict)  # inside the rollout timer: "reward" (the reward
-    # function over the step's samples), "generate" (the engine's generate call), "gc_during_generate" (the
-    # driver's Python GC pauses within it): what tells a stall's cause
+    host_s: dict[str, float] = field(default_factory=dict)  # what tells a stall's cause. Inside the rollout timer:
+    # "reward" (the reward function over the step's samples), "generate" (the engine's generate call),
+    # "gc_during_generate" (the driver's Python GC pauses within it); over the step: "gc_step" (all its GC
+    # pauses on rank 0), "between_phases" (the step minus its timed phases: broadcast and gather)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -73,6 +73,10 @@ class RolloutEngine:
                                    str(finish.get("type", "")) if isinstance(finish, dict) else str(finish)))
         return gens
 
+    def freeze_gc(self) -> None:
+        """Freeze the GC of the engine's processes (scheduler, tokenizer manager) after a warm-up."""
+        self.engine.freeze_gc()
+
     def update_weights_from_tensor(self, named_tensors: list[tuple[str, torch.Tensor]]) -> None:
         self.engine.begin_weight_update()
         ok, message = self.engine.update_weights_from_tensor(named_tensors, flush_cache=True)

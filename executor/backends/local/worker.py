@@ -138,6 +138,8 @@ def run(job: dict[str, Any]) -> None:
         rng = random.Random(setup.options.seed)
         for step in range(1, setup.steps + 1):
             _run_step(setup, driver, rng, step)
+            if step == 1:
+                _freeze_gc(driver)
 
         dist.barrier()
     finally:  # also on errors and SIGTERM from torchrun: never leave SGLang's processes behind
@@ -231,6 +233,7 @@ def _run_step(setup: _Setup, driver: _Driver | None, rng: random.Random, step: i
     import torch.distributed as dist
 
     clock = _StepClock(time.time())
+    gc_start_s = _GC_PAUSES.total_s
     data = _rollout_and_broadcast(setup, driver, rng, clock)
     mine, wu = _train_and_update(setup, driver, data, clock)
     # ---- collect per-rank measurements on rank 0
@@ -238,6 +241,7 @@ def _run_step(setup: _Setup, driver: _Driver | None, rng: random.Random, step: i
     dist.gather_object(mine, gathered if setup.rank == 0 else None, dst=0)
     step_end = time.time()
     if driver is not None:
+        data["gc_step_s"] = _GC_PAUSES.total_s - gc_start_s
         _record_step(setup, driver, step, data, clock, wu, gathered, step_end)
 
 
@@ -391,12 +395,12 @@ def _record_step(setup: _Setup, driver: _Driver, step: int, data: dict[str, Any]
     # actor's update, as perfmodel's train phase does, and "critic" says how much of it was the critic's
     critic_s = end["critic"] - end["broadcast_batch"] if "critic" in end else None
     lp_start = end.get("critic", end["broadcast_batch"])
+    phases = {"rollout": end["rollout"] - step_t0, "log_probs": end["log_probs"] - lp_start,
+              "train": end["train"] - end["log_probs"] + (critic_s or 0.0), "critic": critic_s,
+              "weight_update": end["update_engine"] - end["train"],
+              "offload": None, "onload": None, "step": step_end - step_t0}
     record = StepRecord(
-        step=step, started_at=step_t0,
-        phases_s={"rollout": end["rollout"] - step_t0, "log_probs": end["log_probs"] - lp_start,
-                  "train": end["train"] - end["log_probs"] + (critic_s or 0.0), "critic": critic_s,
-                  "weight_update": end["update_engine"] - end["train"],
-                  "offload": None, "onload": None, "step": step_end - step_t0},
+        step=step, started_at=step_t0, phases_s=phases,
         tokens={"prompt": sum(data["prompt_lengths"]), "response": response_tokens,
                 "train": int(data["tokens"].numel())},
         reward_mean=float(rewards.mean()), reward_std=float(rewards.std()),
@@ -406,7 +410,10 @@ def _record_step(setup: _Setup, driver: _Driver, step: int, data: dict[str, Any]
         weight_update={**wu.__dict__, "gather_s": end["gather_weights"] - end["train"]},
         peak_rss_bytes={**{f"rank{m['rank']}": m["rss"] for m in gathered}, "engine": _engine_peak_rss_bytes()},
         micro_batches=micro, samples=data["examples"],
-        host_s={"reward": data["reward_s"], "generate": data["generate_s"], "gc_during_generate": data["gc_s"]},
+        host_s={"reward": data["reward_s"], "generate": data["generate_s"], "gc_during_generate": data["gc_s"],
+                "gc_step": data["gc_step_s"],  # what no phase holds: the batch's broadcast, the measurements' gather
+                "between_phases": step_end - step_t0 - sum(phases[k] for k in ("rollout", "log_probs", "train",
+                                                                               "weight_update"))},
     )
     driver.trace.span(f"step {step}", step_t0, step_end - step_t0, lane="step")
     driver.sink.write_step(setup.job["run_id"], record)
@@ -415,8 +422,21 @@ def _record_step(setup: _Setup, driver: _Driver, step: int, data: dict[str, Any]
     parts = ", ".join(f"{name} {ph[key]:.2f}" for name, key in (("rollout", "rollout"), ("log-probs", "log_probs"),
                                                                ("critic", "critic"), ("train", "train"),
                                                                ("update", "weight_update")) if ph.get(key) is not None)
-    print(f"[executor] step {step}/{setup.steps}: {step_end - step_t0:.2f} s ({parts}), reward "
+    outside = record.host_s["between_phases"]
+    stall = (f"; {outside:.2f} s outside the phases (GC {record.host_s['gc_step']:.2f} s)" if outside > 0.1 else "")
+    print(f"[executor] step {step}/{setup.steps}: {step_end - step_t0:.2f} s ({parts}{stall}), reward "
           f"{record.reward_mean:.3f}, gap {abs_diff:.4f} (mean |train - rollout| log-prob), kl {kl:.5f}", flush=True)
+
+
+def _freeze_gc(driver: _Driver | None) -> None:
+    """After a warm-up step, the heap built so far (torch, megatron-core, SGLang: millions of objects) is moved out
+    of the collected generations, here and in SGLang's scheduler, as SGLang's freeze_gc advises: walked by every
+    full collection it stalled a step by 0.5 s on the driver (every ~10th step, host_s.gc_step) and the engine's
+    generate by as much (measured on examples/local-grpo.yaml)."""
+    gc.collect()
+    gc.freeze()
+    if driver is not None and driver.engine is not None:
+        driver.engine.freeze_gc()
 
 
 class _GcPauses:
