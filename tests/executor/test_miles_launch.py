@@ -96,6 +96,16 @@ def test_extra_args_and_env_are_appended(seed):
     assert la.runtime_env_vars["NCCL_IB_TC"] == "106"  # the plan's env overrides the recipe
 
 
+def test_reasoning_effort_is_one_value_for_the_template_and_the_engine(seed):
+    """The recipe's engine env (SGLANG_REASONING_EFFORT, PR1300: max) follows the plan's chat template kwargs, so
+    prompts and engine never disagree; without a stated effort the recipe's value stays."""
+    la = launch_of(seed)
+    kwargs = json.loads(la.values("--apply-chat-template-kwargs")[0])
+    assert la.runtime_env_vars["SGLANG_REASONING_EFFORT"] == kwargs["reasoning_effort"] == "high"
+    seed["executor"]["options"]["apply_chat_template_kwargs"] = {"thinking_mode": "thinking"}
+    assert launch_of(seed).runtime_env_vars["SGLANG_REASONING_EFFORT"] == "max"
+
+
 def test_wandb_options(seed):
     seed["executor"]["options"].update(wandb_project="dsv4", wandb_team="amd")
     la = launch_of(seed, run_id="r1")

@@ -77,6 +77,9 @@ def runtime_env(t: TrainSpec, hw: HardwareProfile, opts: MilesOptions, recipe: R
         env |= R.DETERMINISTIC_ENV
     if t.precision == "fp8":
         env |= recipe.fp8_train_env
+    effort = (opts.apply_chat_template_kwargs or {}).get("reasoning_effort")
+    if effort and "SGLANG_REASONING_EFFORT" in env:  # one effort: the prompts' chat template and the engine agree
+        env["SGLANG_REASONING_EFFORT"] = str(effort)
     py_path = [opts.miles_root]
     if fully_async:
         py_path.append(f"{opts.miles_root}/examples/fully_async")
