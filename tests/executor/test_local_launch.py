@@ -53,7 +53,10 @@ def test_launch_default_plan_three_steps(tmp_path: Path) -> None:
     from executor.store import Store
 
     res, store_path, run_dir = _launch("local-grpo.yaml", 3, tmp_path)
-    assert "step 3/3" in res.stdout
+    lines = res.stdout.splitlines()  # progress streams, each line with the time since launch
+    for expected in ("trainer ready", "engine ready in", "step 1/3", "step 3/3"):
+        assert any(line.startswith("[") and " s] " in line and expected in line for line in lines), (expected, lines)
+    assert any("step 2/3" in line and "(rollout " in line and "gap " in line for line in lines), lines
     store = Store(store_path)
     (run,) = store.runs()
     assert run["status"] == "finished" and run["steps"] == 3 and run["plan_id"] == "local-grpo"
@@ -68,11 +71,16 @@ def test_launch_default_plan_three_steps(tmp_path: Path) -> None:
         assert s["weight_update"]["quantized_tensors"] == 14  # 7 linear weights x 2 layers
         assert s["micro_batches"] and all(m["forward_s"] > 0 for m in s["micro_batches"])
         assert s["peak_rss_bytes"]["engine"] > 0
+        assert s["host_s"]["generate"] > 0 and 0 <= s["host_s"]["gc_step"] and "between_phases" in s["host_s"]
+    assert "host_probe" in run["environment"]  # the host's matmul rates, for pricing this run where it ran
     trace = json.loads((run_dir / "trace.json").read_text())
     names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
     assert {"engine_start", "rollout", "log_probs", "train", "update_engine", "step 3"} <= names
     shown = _executor("show", run["run_id"][:12], "--store", str(store_path), cwd=tmp_path, timeout=60)
     assert shown.returncode == 0 and "rollout" in shown.stdout and "predicted" in shown.stdout
+    rollout_row = next(line.split() for line in shown.stdout.splitlines() if line.startswith("rollout "))
+    assert len(rollout_row) == 11 and "-" not in rollout_row, shown.stdout  # measured, predicted, this host
+    assert "calibration none" in shown.stdout and "this host" in shown.stdout
     listed = _executor("runs", "--store", str(store_path), cwd=tmp_path, timeout=60)
     assert run["run_id"] in listed.stdout
 
