@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 
 from executor.backends.base import LaunchOptions, RunOutcome
@@ -25,7 +26,8 @@ class LocalBackend:
             raise InputError("--steps", "", f"needs a positive number of steps, got {options.steps}")
         checked = check_plan(options.plan_path)
         steps = options.steps or LocalOptions.model_validate(checked.plan.executor.options).steps
-        run_id = f"{checked.plan.id}-{time.strftime('%Y%m%d-%H%M%S')}"
+        # unique even when two launches of one plan start in the same second (they may share a store)
+        run_id = f"{checked.plan.id}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         run_dir = options.run_dir or default_run_dir(options.store_path, run_id)
         if run_dir.exists() and any(run_dir.iterdir()):
             raise InputError(str(run_dir), "--run-dir", "exists and is not empty; choose another folder")

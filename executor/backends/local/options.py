@@ -11,6 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from executor.backends.local.task import TaskName
+from executor.watchdog import DEFAULT_FLOOR_S, DEFAULT_MULTIPLE
 
 
 class LocalOptions(BaseModel):
@@ -37,3 +38,6 @@ class LocalOptions(BaseModel):
     critic_lr: float | None = Field(None, gt=0, description="critic Adam learning rate (Miles --critic-lr)")
     torch_threads: int = Field(0, ge=0, description="threads per trainer process; 0: cores / processes")
     engine_start_timeout_s: float = Field(300, gt=0)
+    watchdog_multiple: float = Field(DEFAULT_MULTIPLE, gt=0, description="stalled after this many predicted steps "
+                                     "without a line of progress (executor/watchdog.py)")
+    watchdog_floor_s: float = Field(DEFAULT_FLOOR_S, gt=0, description="but never before this many seconds")

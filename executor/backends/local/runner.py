@@ -8,24 +8,66 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from executor.backends.base import RunOutcome
 from executor.backends.local.host_probe import probe_host
+from executor.backends.local.options import LocalOptions
 from executor.measurement_sink import MeasurementSink
 from executor.plan_check import CheckedPlan
 from executor.records import RunRecord, environment, plan_hash
+from executor.watchdog import (
+    EXIT_STALLED,
+    WATCHDOG_NCCL_ENV,
+    Watchdog,
+    die_with_parent,
+    end_process_tree,
+    watchdog_timeout_s,
+)
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _lines_of(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:
+    """The process's output lines, read on a thread (None at its end), so the watchdog can wait with a timeout."""
+    out: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.put(line)
+        out.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return out
+
+
+def _stalled(run_id: str, dog: Watchdog, proc: subprocess.Popen[str], sink: MeasurementSink,
+             log_path: Path) -> RunOutcome:
+    """No progress for the watchdog's timeout: end every process of the run, record where it stood."""
+    report = dog.report()
+    clean = end_process_tree(proc.pid)
+    proc.wait(timeout=30)
+    report["orphans"] = 0 if clean else "some processes of the run survived SIGKILL"
+    sink.update_run_info(run_id, stall=report)
+    sink.finish_run(run_id, "stalled")
+    done = sink.step_count(run_id)
+    sink.close()
+    print(f"error: run {run_id} stalled: no progress for {report['silent_s']} s (watchdog {dog.timeout_s:.0f} s) in "
+          f"{report['phase']}; {done} steps recorded; every process of the run ended; last line: "
+          f"{report['last_progress']!r}; see {log_path}", file=sys.stderr)
+    return RunOutcome(run_id, "stalled", done, EXIT_STALLED)
 
 
 def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, steps: int) -> RunOutcome:
@@ -44,8 +86,12 @@ def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, s
         predicted=plan.predicted.model_dump(exclude_none=True), info={"steps_requested": steps},
     )
     sink.start_run(record)
+    options = LocalOptions.model_validate(plan.executor.options)
+    dog = Watchdog(watchdog_timeout_s(plan.predicted.step_time_s, options.watchdog_multiple,
+                                      options.watchdog_floor_s))
     job = {"plan_path": str(checked.path.resolve()), "run_id": run_id, "run_dir": str(run_dir.resolve()),
-           "store_path": str(store_path.resolve()), "steps": steps}
+           "store_path": str(store_path.resolve()), "steps": steps,
+           "collective_timeout_s": dog.timeout_s}  # a dead peer fails the collective, no later than the watchdog
     job_path = run_dir / "job.json"
     job_path.write_text(json.dumps(job, indent=2) + "\n", encoding="utf-8")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(checked.processes),
@@ -54,23 +100,37 @@ def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, s
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[3]), env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # on GPUs, as the seed's launch: a timed-out collective raises (async error handling) and dumps the flight
+    # recorder's last collectives; on CPU the gloo group's timeout does the same (worker.py)
+    env |= {k: v for k, v in WATCHDOG_NCCL_ENV.items() if k not in env}
     print(f"run {run_id}: {plan.id} on {plan.hardware}, {record.layout}, {steps} steps -> {run_dir}", flush=True)
     t_launch = time.time()
     print(f"[{0.0:6.1f} s] starting {checked.processes} trainer process(es) under torchrun (imports take about "
           "10 s), then the SGLang engine", flush=True)
     log_path = run_dir / "logs" / "torchrun.log"
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, bufsize=1)
-        assert proc.stdout is not None
+        # its own process group: the watchdog ends torchrun, its ranks and SGLang's processes together
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, bufsize=1,
+                                start_new_session=True, preexec_fn=die_with_parent)
+        lines = _lines_of(proc)
         try:
-            for line in proc.stdout:
+            while True:
+                try:
+                    line = lines.get(timeout=1.0)
+                except queue.Empty:
+                    if dog.expired():
+                        return _stalled(run_id, dog, proc, sink, log_path)
+                    continue
+                if line is None:
+                    break
+                dog.progress(line)
                 log.write(line)
                 log.flush()
                 if "[executor]" in line:  # the worker's progress, with the time since launch
                     print(f"[{time.time() - t_launch:6.1f} s] {line.split('[executor]', 1)[1].strip()}", flush=True)
             rc = proc.wait()
-        except KeyboardInterrupt:  # Ctrl-C reached torchrun too (same process group); let it stop its ranks
-            proc.terminate()
+        except KeyboardInterrupt:  # stop torchrun, its ranks and the engine: nothing is left behind
+            end_process_tree(proc.pid)
             proc.wait(timeout=60)
             sink.finish_run(run_id, "interrupted")
             sink.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import gc
 import importlib
 import json
@@ -171,7 +172,8 @@ def _setup(job: dict[str, Any]) -> _Setup:
 
     if not needs_cpu_shims():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group("gloo" if needs_cpu_shims() else "nccl")
+    timeout = datetime.timedelta(seconds=float(job.get("collective_timeout_s", 1800)))  # the watchdog's
+    dist.init_process_group("gloo" if needs_cpu_shims() else "nccl", timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(options.torch_threads or max(1, (os.cpu_count() or 1) // world))
     trainer = Trainer(arch, layout.pp, layout.ep, plan.train.micro_batch, plan.train.global_batch, options)

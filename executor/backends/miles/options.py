@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -14,6 +15,9 @@ from perfmodel.errors import InputError
 from perfmodel.inputs.loading import first_error
 
 DEFAULT_RAY_ADDRESS = "http://127.0.0.1:8265"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:\-]*$")
+_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
 # A filter for `dynamic_sampling_filter_path`: drop prompt groups whose rewards are all equal (no GRPO signal).
 DYNAMIC_SAMPLING_NONZERO_STD = "miles.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
 
@@ -112,6 +116,39 @@ class MilesOptions(BaseModel):
     ray_port: int = Field(6379, ge=1, le=65535)
     dashboard_port: int = Field(8265, ge=1, le=65535)
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+
+    # Every string here becomes an argument, a path or an env value of a job that a shell starts: it is quoted
+    # where it is used (shlex), and checked here for what no quoting makes safe or meaningful.
+    @field_validator("*")
+    @classmethod
+    def _one_line(cls, v: Any) -> Any:
+        items = v if isinstance(v, list) else list(v.values()) if isinstance(v, dict) else [v]
+        for item in items:
+            if isinstance(item, str) and any(c in item for c in "\0\n\r"):
+                raise ValueError(f"a NUL or line break in {item[:40]!r}; give one line")
+        return v
+
+    @field_validator("extra_env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not _ENV_NAME.match(key):
+                raise ValueError(f"{key!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        return v
+
+    @field_validator("head_ip")
+    @classmethod
+    def _host(cls, v: str | None) -> str | None:
+        if v is not None and not _HOST.match(v):
+            raise ValueError(f"{v!r} is not an IP address or host name")
+        return v
+
+    @field_validator("model_type")
+    @classmethod
+    def _model_type(cls, v: str | None) -> str | None:
+        if v is not None and not _TOKEN.match(v):
+            raise ValueError(f"{v!r} names scripts/models/<model_type>: letters, digits, '.', '_', '-'")
+        return v
 
     @field_validator("extra_args", mode="before")
     @classmethod

@@ -1,0 +1,194 @@
+"""Faults injected into real local runs (SGLang + megatron-core under torchrun on this machine): a hung engine, a
+killed training rank, a killed executor, two runs writing one store. Each time the executor notices, ends every
+process of the run (checked by process tree) and the store holds every completed step and nothing half-written."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.executor.test_local_launch import REPO, needs_stack
+
+pytestmark = [pytest.mark.slow]
+
+
+def _plan(tmp_path: Path, name: str, **options: object) -> Path:
+    data = yaml.safe_load((REPO / "examples" / name).read_text())
+    data["executor"]["options"].update(options)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _start(plan: Path, steps: int, store: Path, run_dir: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen([sys.executable, "-m", "executor", "launch", "--plan", str(plan), "--steps", str(steps),
+                             "--store", str(store), "--run-dir", str(run_dir)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, bufsize=1)
+
+
+def _read_until(proc: subprocess.Popen[str], text: str, timeout_s: float = 240) -> list[str]:
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if text in line:
+            return lines
+    raise AssertionError(f"{text!r} never came: {''.join(lines[-20:])}")
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if stat[0] != "Z":
+                out.setdefault(int(stat[1]), []).append(int(entry))
+    return out
+
+
+def _tree(pid: int) -> list[int]:
+    kids, todo, seen = _children(), [pid], []
+    while todo:
+        p = todo.pop()
+        seen.append(p)
+        todo += kids.get(p, [])
+    return seen[1:]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _alive(pids: list[int]) -> list[int]:
+    kids = _children()
+    live = {p for ps in kids.values() for p in ps}
+    return [p for p in pids if p in live]
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 60) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and _alive(pids):
+        time.sleep(0.5)
+    return _alive(pids)
+
+
+def _runs(store: Path) -> list[dict]:
+    from executor.store import Store
+
+    s = Store(store)
+    try:
+        return [dict(r, stored=s.steps(r["run_id"])) for r in s.runs()]
+    finally:
+        s.close()
+
+
+@needs_stack
+@pytest.mark.timeout(600)
+def test_a_hung_engine_is_noticed_by_the_watchdog_and_everything_ended(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "local-grpo.yaml", watchdog_floor_s=20, watchdog_multiple=2)
+    proc = _start(plan, 40, tmp_path / "s.sqlite", tmp_path / "run")
+    _read_until(proc, "step 3/40")
+    tree = _tree(proc.pid)
+    engine = [p for p in tree if _comm(p).startswith("sglang") or "sglang" in _cmdline(p).split(" ")[0]]
+    assert engine, [(p, _comm(p)) for p in tree]
+    t_stop = time.monotonic()
+    for p in engine:
+        os.kill(p, signal.SIGSTOP)  # a hang: alive, silent
+    out, _ = proc.communicate(timeout=300)
+    noticed_s = time.monotonic() - t_stop
+    assert proc.returncode == 3, out[-3000:]
+    assert noticed_s < 20 + 40, noticed_s  # the watchdog's 20 s, plus the teardown's grace
+    assert "stalled" in out and "every process of the run ended" in out
+    assert _wait_gone(tree, 30) == []  # orphans: 0 (a stopped process still dies of SIGKILL)
+    (run,) = _runs(tmp_path / "s.sqlite")
+    assert run["status"] == "stalled" and run["info"]["stall"]["orphans"] == 0
+    assert run["info"]["stall"]["steps_done"] == len(run["stored"]) >= 3
+    assert [s["step"] for s in run["stored"]] == list(range(1, len(run["stored"]) + 1))
+
+
+@needs_stack
+@pytest.mark.timeout(600)
+def test_a_killed_training_rank_fails_the_run_and_leaves_nothing(tmp_path: Path) -> None:
+    proc = _start(REPO / "examples" / "local-grpo-pp2.yaml", 40, tmp_path / "s.sqlite", tmp_path / "run")
+    _read_until(proc, "step 2/40")
+    tree = _tree(proc.pid)
+    ranks = [p for p in tree if "executor.backends.local.worker" in _cmdline(p)]
+    assert len(ranks) == 2, [(p, _cmdline(p)[:80]) for p in tree]
+    victim = max(ranks)  # the second rank started: not the one that drives the engine
+    t_kill = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0 and time.monotonic() - t_kill < 120, out[-3000:]
+    assert _wait_gone(tree, 60) == []
+    (run,) = _runs(tmp_path / "s.sqlite")
+    assert run["status"] == "failed" and len(run["stored"]) >= 2
+    assert all(s["phases_s"]["step"] > 0 for s in run["stored"])  # whole steps only
+
+
+@needs_stack
+@pytest.mark.timeout(600)
+def test_a_killed_executor_takes_its_run_with_it_and_keeps_the_steps(tmp_path: Path) -> None:
+    proc = _start(REPO / "examples" / "local-grpo.yaml", 40, tmp_path / "s.sqlite", tmp_path / "run")
+    _read_until(proc, "step 3/40")
+    tree = _tree(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)  # mid-run, possibly mid-write of a step
+    proc.wait(timeout=30)
+    assert _wait_gone(tree, 90) == [], [(p, _comm(p)) for p in _alive(tree)]
+    (run,) = _runs(tmp_path / "s.sqlite")
+    stored = run["stored"]
+    assert len(stored) >= 3 and [s["step"] for s in stored] == list(range(1, len(stored) + 1))
+    assert all(s["phases_s"]["step"] > 0 and s["micro_batches"] for s in stored)  # nothing half-written
+
+
+@needs_stack
+@pytest.mark.timeout(900)
+def test_two_runs_write_one_store_at_once(tmp_path: Path) -> None:
+    store = tmp_path / "s.sqlite"
+    procs = [_start(REPO / "examples" / "local-grpo.yaml", 4, store, tmp_path / f"run{i}") for i in range(2)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[-2000:] for o in outs]
+    runs = _runs(store)
+    assert len(runs) == 2 and all(r["status"] == "finished" and len(r["stored"]) == 4 for r in runs)
+
+
+@needs_stack
+@pytest.mark.timeout(600)
+def test_shell_metacharacters_in_the_plan_path_reach_no_shell(tmp_path: Path) -> None:
+    """A plan, store and run folder whose paths carry shell metacharacters: the launch passes them as arguments
+    (torchrun's argv, the job file), never through a shell."""
+    canary = tmp_path / "canary"
+    folder = tmp_path / f"a;$(touch {canary}) `touch {canary}` |& b'\""
+    folder.mkdir()
+    plan = folder / "plan;x.yaml"
+    plan.write_text((REPO / "examples" / "local-grpo.yaml").read_text())
+    proc = _start(plan, 1, folder / "s.sqlite", folder / "run dir")
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, out[-3000:]
+    assert not canary.exists()
+    (run,) = _runs(folder / "s.sqlite")
+    assert run["status"] == "finished" and run["plan_path"] == str(plan.resolve())
