@@ -10,12 +10,14 @@ Miles runs land in one SQLite schema (`executor runs`, `executor show`, `executo
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any, Protocol
 
 from executor.records import RunRecord, StepRecord
 from executor.store import Store
+from perfmodel.errors import InputError
 from perfmodel.results import PHASE_METRICS
 
 
@@ -42,6 +44,10 @@ class MeasurementSink:
     def start_run(self, run: RunRecord) -> None:
         self.store.create_run(run)
 
+    def reopen_run(self, run_id: str, after_step: int, attempt: int) -> int:
+        """A resumed run: its steps after `after_step` kept as superseded (Store.reopen_run), status running."""
+        return self.store.reopen_run(run_id, after_step, attempt)
+
     def update_run_info(self, run_id: str, **info: Any) -> None:
         self.store.update_run_info(run_id, **info)
 
@@ -62,8 +68,28 @@ class MeasurementSink:
         self.write_step(run_id, step_record(measurement, default_step=self.steps))
 
 
+def _check_measurement(measurement: dict[str, Any]) -> None:
+    """A measurement is numbers: phase times finite and >= 0, a step number a small non-negative integer, every
+    other figure finite. Anything else is refused before it reaches the store."""
+    if not isinstance(measurement, dict):
+        raise InputError("measurement", "", f"expected a mapping of figures, got {type(measurement).__name__}")
+    for key, value in measurement.items():
+        if key == "perf":
+            if not isinstance(value, dict):
+                raise InputError("measurement", "perf", "expected a mapping of the log's perf figures")
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InputError("measurement", str(key), f"expected a finite number, got {value!r:.40}")
+        if (key in PHASE_METRICS.values() or key == "step") and value < 0:
+            raise InputError("measurement", str(key), f"a time or step number cannot be negative ({value})")
+    step = measurement.get("step", 0)
+    if step != int(step) or step > 10**9:
+        raise InputError("measurement", "step", f"expected a step number, got {step!r}")
+
+
 def step_record(measurement: dict[str, Any], default_step: int) -> StepRecord:
     """A per-step measurement dict (`executor.backends.miles.logs.StepRecord.measurement`) as a store row."""
+    _check_measurement(measurement)
     phases: dict[str, float | None] = {p: measurement.get(k) for p, k in PHASE_METRICS.items()}
     phases |= {"offload": None, "onload": None}
     nan = float("nan")

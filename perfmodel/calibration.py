@@ -29,16 +29,14 @@ import numpy as np
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.hardware import HardwareProfile, load_hardware
-from perfmodel.inputs.loading import read_mapping
+from perfmodel.inputs.loading import parse, read_mapping
+from perfmodel.inputs.overlay import RUN_SIGMA_LOG, OverlayFile
 from perfmodel.inputs.scenario import Scenario, build_scenario
 from perfmodel.inputs.stack import NUMERIC_KNOBS, Stack
 from perfmodel.memo import Memo
 from perfmodel.sim.invariants import PhysicsError
 
 PRIOR_SIGMA_LOG = math.log(2.0)  # a first-principles value is right within a factor of 2 (one sigma)
-# Assumption: a run's figures scatter about 10% around what the fitted parameters explain (weights the data
-# against the prior; the uncertainty uses the spread the fit actually leaves)
-RUN_SIGMA_LOG = 0.10
 RESIDUAL_SIGMA_FLOOR_LOG = 0.05  # a handful of runs says little about its own spread
 REFUSE_SHRINK = 0.7  # refused unless the runs shrink the parameter's spread below 70% of its prior's
 FLAT_REFUSE_SIGMA_LOG = 1.0  # a parameter without a prior: refused when still uncertain to a factor of e
@@ -157,35 +155,20 @@ def write_calibration(path: str | Path, cal: Calibration) -> None:
 
 
 def load_calibration(path: str | Path) -> Calibration:
-    """Read an overlay; the one-hardware format of earlier releases ({hardware, params}) still loads."""
-    data = read_mapping(path)
+    """Read an overlay (its schema: perfmodel/inputs/overlay.py); names are checked against what they apply to."""
     p = str(path)
-    if "params" in data and "hardware_params" not in data:  # earlier format: hardware parameters only
-        data = {**data, "hardware_params": data.pop("params")}
-    for key in ("stack_params", "hardware_params"):
-        v = data.get(key) or {}
-        if not isinstance(v, dict) or not all(isinstance(x, (int, float)) for x in v.values()):
-            raise InputError(p, key, "needs a mapping of parameter name -> number")
-    stack, hardware = data.get("stack"), data.get("hardware")
-    if data.get("stack_params") and not isinstance(stack, str):
-        raise InputError(p, "stack", "an overlay with stack_params names its stack id")
-    if data.get("hardware_params") and not isinstance(hardware, str):
-        raise InputError(p, "hardware", "an overlay with hardware_params names its hardware id")
-    unknown = [k for k in data.get("stack_params") or {} if k not in NUMERIC_KNOBS]
+    data = parse(OverlayFile, read_mapping(path), p)
+    unknown = [k for k in data.stack_params if k not in NUMERIC_KNOBS]
     if unknown:
         raise InputError(p, f"stack_params.{unknown[0]}", f"not a fitted stack knob; valid: {', '.join(NUMERIC_KNOBS)}")
-    if data.get("hardware_params"):  # names and values checked against the profile now, not mid-sweep
-        load_hardware(hardware, source=p).with_params({k: float(v) for k, v in data["hardware_params"].items()},
-                                                      source=p)
-    unc = data.get("uncertainty") or {}
-    cov = (unc.get("covariance_log") or {})
-    return Calibration(stack=stack, hardware=hardware,
-                       stack_params={k: float(v) for k, v in (data.get("stack_params") or {}).items()},
-                       hardware_params={k: float(v) for k, v in (data.get("hardware_params") or {}).items()},
-                       names=list(cov.get("names") or []), covariance_log=list(cov.get("matrix") or []),
-                       residual_sigma_log=float(unc.get("residual_sigma_log", RUN_SIGMA_LOG)),
-                       refused=dict(data.get("refused") or {}), fit=dict(data.get("fit") or {}),
-                       provenance=dict(data.get("provenance") or {}), path=p)
+    if data.hardware_params:  # names and values checked against the profile now, not mid-sweep
+        load_hardware(data.hardware, source=p).with_params(dict(data.hardware_params), source=p)
+    cov = data.uncertainty.covariance_log
+    return Calibration(stack=data.stack, hardware=data.hardware, stack_params=dict(data.stack_params),
+                       hardware_params=dict(data.hardware_params), names=list(cov.names),
+                       covariance_log=[list(r) for r in cov.matrix],
+                       residual_sigma_log=data.uncertainty.residual_sigma_log, refused=dict(data.refused),
+                       fit=dict(data.fit), provenance=dict(data.provenance), path=p)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -37,3 +37,21 @@ def rl_case_dict() -> dict:
 def write_yaml(path: Path, data: dict) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many bad inputs the counted fuzz tried, per kind (tests/test_fuzz_counted.py)."""
+    import sys
+
+    module = next((m for name, m in sys.modules.items() if name.endswith("test_fuzz_counted")), None)
+    counts = getattr(module, "COUNTS", None)
+    if not counts:
+        return
+    kinds = sorted({k for k, _ in counts})
+    terminalreporter.write_sep("-", "bad inputs tried (rejected with one line, exit 2 / accepted and simulated)")
+    for kind in kinds:
+        terminalreporter.write_line(f"{kind:22} {counts[kind, 'rejected']:6,} rejected {counts[kind, 'accepted']:6,} "
+                                    "accepted")
+    failed = [r for r in terminalreporter.stats.get("failed", []) if "test_fuzz_counted" in r.nodeid]
+    terminalreporter.write_line(f"{'total':22} {sum(counts.values()):6,} inputs, "
+                                f"{len(failed)} kinds with a traceback or a wrong answer")

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from perfmodel.errors import InputError
 from perfmodel.inputs.loading import parse, read_mapping
@@ -55,6 +55,22 @@ class SweepSpec(BaseModel):
     gpu_hour_cost: float = Field(1.0, gt=0, description="price of one GPU-hour, for the cost objective")
     length_samples: int = Field(10, ge=2, le=100, description="objective p90_step_time: response-length draws per "
                                 "plan (the rollout's seed), whose steps' 90th percentile ranks it")
+
+    @field_validator("job")
+    @classmethod
+    def _job_shape(cls, job: dict[str, Any]) -> dict[str, Any]:
+        """The parts every candidate copies and fills in are mappings (their values are checked per candidate)."""
+        if not isinstance(job.get("train"), dict):
+            raise ValueError("job.train: a mapping of the training job (precision, seq_len, global_batch, ...)")
+        rl = job.get("rl", {})
+        if not isinstance(rl, dict):
+            raise ValueError("job.rl: a mapping of the RL job (prompts_per_step, rollout, ...)")
+        for part in ("rollout", "weight_update", "log_probs", "response_tokens"):
+            if part in rl and not isinstance(rl[part], dict):
+                raise ValueError(f"job.rl.{part}: a mapping")
+        if not isinstance(job.get("kind", "rl"), str):
+            raise ValueError("job.kind: rl or pretrain")
+        return job
 
     @model_validator(mode="after")
     def _positive_nodes(self) -> SweepSpec:
