@@ -7,6 +7,7 @@ import copy
 import io
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -380,7 +381,7 @@ class FakeClient:
             await asyncio.sleep(0.05)
 
     def get_job_status(self, job_id: str) -> str:
-        return "RUNNING" if self.hang else "SUCCEEDED"
+        return "STOPPED" if job_id in self.stopped else "RUNNING" if self.hang else "SUCCEEDED"
 
     def get_job_info(self, job_id: str) -> Any:
         return type("Info", (), {"message": "done"})()
@@ -426,6 +427,21 @@ def test_run_miles_timeout_stops_the_job(seed):
     client = FakeClient(FAKE_LOG.split("\n")[1] + "\n", hang=True)
     res = run_miles(plan_of(seed), "test.yaml", client=client, run_id="r-2", timeout_s=0.5, environ={})
     assert res.status == "TIMEOUT" and client.stopped == ["r-2"] and res.steps == []
+
+
+def test_a_silent_job_is_stalled_by_the_watchdog_and_stopped(seed):
+    """The log goes quiet after one step: the watchdog (floor 1 s here) stops the job before the 60 s timeout and
+    says where it stood; the step already logged is kept."""
+    seed["executor"]["options"].update(model_args=[], watchdog_floor_s=1.0, watchdog_multiple=1e-6)
+    lines = FAKE_LOG.splitlines(keepends=True)
+    client, store = FakeClient(lines[0] + lines[1] + lines[3], hang=True), ListStore()  # step 0, then silence
+    t0 = time.monotonic()
+    res = run_miles(plan_of(seed), "test.yaml", client=client, store=store, run_id="r-3", timeout_s=60, environ={})
+    assert res.status == "STALLED" and client.stopped == ["r-3"], res.status
+    assert time.monotonic() - t0 < 10
+    assert res.stall is not None and res.stall["timeout_s"] == 1.0 and res.stall["silent_s"] >= 1.0
+    assert res.stall["steps_done"] == len(store.rows) == 1 and res.stall["phase"] == "step 2"
+    assert "perf 0" in res.stall["last_progress"] and res.stall["job_status_after_stop"] == "STOPPED"
 
 
 def test_ray_address_precedence(seed):

@@ -86,3 +86,42 @@ def test_submit_follow_and_parse_on_real_ray(ray_head, tmp_path):
     assert first["step_time_s"] == 330.0 and first["train_rollout_logprob_abs_diff"] == 0.09
     assert all(r["complete"] and r["backend"] == "miles" and r["plan_id"] == "seed-mi355x-dsv4" for r in store.rows)
     assert "done" in (tmp_path / "job.log").read_text()
+
+
+FAKE_HUNG_TRAIN = textwrap.dedent('''
+    """Test double of a Miles job whose collective hangs after one step: logs it, then waits silently."""
+    import os
+    import sys
+    import time
+
+    print("perf 0: {'perf/rollout_time': 70.0, 'perf/update_weights_time': 60.0, 'perf/log_probs_time': 76.0, "
+          "'perf/actor_train_time': 100.0, 'perf/step_time': 330.0}", flush=True)
+    open(sys.argv[-1], "w").write(str(os.getpid()))  # where the test finds the hung process
+    time.sleep(3600)
+''')
+
+
+def test_a_hung_job_is_stalled_and_stopped_on_real_ray(ray_head, tmp_path):
+    """The watchdog (floor 8 s) stops the silent job through Ray: the job ends STOPPED, its hung process is gone,
+    the step it logged is kept."""
+    miles_root = tmp_path / "miles"
+    miles_root.mkdir()
+    (miles_root / "train_async.py").write_text(FAKE_HUNG_TRAIN)
+    pid_file = tmp_path / "pid"
+    d = copy.deepcopy(yaml.safe_load(SEED.read_text()))
+    d["executor"]["options"].update(miles_root=str(miles_root), python=sys.executable, model_args=[],
+                                    extra_args=[str(pid_file)], watchdog_floor_s=8.0, watchdog_multiple=1e-6)
+    plan = parse(Plan, d, str(SEED))
+    store = ListStore()
+    t0 = time.monotonic()
+    result = run_miles(plan, str(SEED), ray_address=ray_head.dashboard, store=store,
+                       run_id=f"ray-hang-{os.getpid()}", log_path=tmp_path / "job.log", timeout_s=100, environ={})
+    assert result.status == "STALLED", (result.status, (tmp_path / "job.log").read_text()[-2000:])
+    assert time.monotonic() - t0 < 60
+    assert result.stall is not None and result.stall["job_status_after_stop"] == "STOPPED"
+    assert [r["step"] for r in store.rows] == [0] and result.stall["steps_done"] == 1
+    hung = int(pid_file.read_text())
+    deadline = time.monotonic() + 30
+    while psutil.pid_exists(hung) and psutil.Process(hung).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the hung job's process survived the stop"
+        time.sleep(0.5)

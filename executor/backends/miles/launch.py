@@ -146,13 +146,14 @@ class MilesLaunch:
 @dataclass(slots=True)
 class MilesRunResult:
     run_id: str
-    status: str  # DRY_RUN | SUCCEEDED | FAILED | STOPPED | TIMEOUT
+    status: str  # DRY_RUN | SUCCEEDED | FAILED | STOPPED | TIMEOUT | STALLED
     launch: MilesLaunch
     job_id: str | None = None
     steps: list[dict[str, Any]] = field(default_factory=list)
     eval: dict[int, dict[str, float]] = field(default_factory=dict)
     message: str = ""
     log_path: str | None = None
+    stall: dict[str, Any] | None = None  # STALLED: the watchdog's report (where the run stood, its last line)
 
     @property
     def ok(self) -> bool:

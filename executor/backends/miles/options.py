@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from executor.watchdog import DEFAULT_FLOOR_S, DEFAULT_MULTIPLE
 from perfmodel.errors import InputError
 from perfmodel.inputs.loading import first_error
 
@@ -108,6 +109,9 @@ class MilesOptions(BaseModel):
     wandb_team: str | None = None
     extra_args: list[str] = Field(default_factory=list, description="appended to the train arguments")
     extra_env: dict[str, str] = Field(default_factory=dict, description="added to (and overriding) the runtime env")
+    watchdog_multiple: float = Field(DEFAULT_MULTIPLE, gt=0, description="the job is stalled after this many "
+                                     "predicted steps without a log line (executor/watchdog.py)")
+    watchdog_floor_s: float = Field(DEFAULT_FLOOR_S, gt=0, description="but never before this many seconds")
 
     # Ray
     ray_address: str | None = Field(

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from executor.backends.miles.launch import MilesLaunch, MilesRunResult
 from executor.backends.miles.logs import MilesLogParser
 from executor.measurement_sink import StepSink
+from executor.watchdog import Watchdog
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
@@ -46,10 +47,12 @@ def submit_and_follow(
     out: TextIO | None = None,
     log_path: str | Path | None = None,
     timeout_s: float | None = None,
+    watchdog: Watchdog | None = None,
     client: Any = None,
     poll_s: float = 1.0,
 ) -> MilesRunResult:
-    """Submit `launch` (MODEL_ARGS already resolved), stream its log, store each completed step."""
+    """Submit `launch` (MODEL_ARGS already resolved), stream its log, store each completed step. The job is stopped
+    when `timeout_s` passes (status TIMEOUT) or when `watchdog` sees no log line for its timeout (STALLED)."""
     client = client or make_client(launch.ray_address)
     env = launch.resolved_env(environ)
     job_id = client.submit_job(
@@ -64,14 +67,22 @@ def submit_and_follow(
     deadline = time.monotonic() + timeout_s if timeout_s else None
 
     seen = [0]  # characters of the job log handled so far (a polling fallback resumes there)
+    partial = [""]  # the log's last line while it is incomplete (chunks do not end at line ends)
 
     def record(m: dict[str, Any]) -> None:
         steps.append(m)
+        if watchdog is not None:
+            watchdog.steps_done = len(steps)
         if store is not None:
             store.add_step(run_id=launch.run_id, plan_id=launch.plan_id, backend="miles", measurement=m)
 
     def handle(chunk: str) -> None:
         seen[0] += len(chunk)
+        if watchdog is not None:  # any output is progress; the report quotes the last whole line
+            *whole, partial[0] = (partial[0] + chunk).split("\n")
+            for line in whole:
+                watchdog.progress(line)
+            watchdog.last_progress = time.monotonic()
         if log_file:
             log_file.write(chunk)
             log_file.flush()
@@ -80,18 +91,28 @@ def submit_and_follow(
         for m in parser.feed(chunk):
             record(m)
 
+    def stop_reason() -> str | None:
+        if deadline is not None and time.monotonic() > deadline:
+            return "TIMEOUT"
+        if watchdog is not None and watchdog.expired():
+            return "STALLED"
+        return None
+
     status = "PENDING"
     message = ""
+    stall: dict[str, Any] | None = None
     try:
-        timed_out = _follow(client, job_id, handle, deadline, seen)
-        if timed_out:
-            client.stop_job(job_id)
-            status = "TIMEOUT"
-        else:
-            status = _wait_terminal(client, job_id, deadline, poll_s)
-            if status not in TERMINAL:
-                client.stop_job(job_id)
-                status = "TIMEOUT"
+        reason = _follow(client, job_id, handle, stop_reason, seen)
+        if reason is None:
+            status = _wait_terminal(client, job_id, stop_reason, poll_s)
+            reason = None if status in TERMINAL else (stop_reason() or "TIMEOUT")
+        if reason is not None:
+            if reason == "STALLED" and watchdog is not None:
+                stall = watchdog.report()
+            client.stop_job(job_id)  # Ray ends the entry point's process group (SIGTERM, then SIGKILL)
+            status = reason
+            if stall is not None:
+                stall["job_status_after_stop"] = _wait_terminal(client, job_id, _after(30.0), poll_s)
         for m in parser.finish():  # steps still pending when the log ended
             record(m)
         try:
@@ -106,39 +127,56 @@ def submit_and_follow(
         if log_file:
             log_file.close()
     return MilesRunResult(run_id=launch.run_id, status=status, launch=launch, job_id=job_id, steps=steps,
-                          eval=dict(parser.eval), message=message, log_path=str(log_path) if log_path else None)
+                          eval=dict(parser.eval), message=message, log_path=str(log_path) if log_path else None,
+                          stall=stall)
 
 
-def _follow(client: Any, job_id: str, handle: Callable[[str], None], deadline: float | None, seen: list[int]) -> bool:
-    """Stream the job log into `handle` until the job ends. Returns True when the deadline passed first."""
+def _after(seconds: float) -> Callable[[], str | None]:
+    """A stop condition that holds once `seconds` have passed."""
+    end = time.monotonic() + seconds
+    return lambda: "TIMEOUT" if time.monotonic() > end else None
 
-    async def tail() -> None:
-        async for chunk in client.tail_job_logs(job_id):
-            handle(chunk)
 
-    if deadline is None:
+def _follow(client: Any, job_id: str, handle: Callable[[str], None], stop_reason: Callable[[], str | None],
+            seen: list[int]) -> str | None:
+    """Stream the job log into `handle` until the job ends (None) or `stop_reason()` names why to stop (checked at
+    least once a second, also while the log is silent)."""
+
+    async def tail() -> str | None:
+        chunks: asyncio.Queue[str | None] = asyncio.Queue()
+
+        async def pump() -> None:
+            async for chunk in client.tail_job_logs(job_id):
+                await chunks.put(chunk)
+            await chunks.put(None)
+
+        task = asyncio.create_task(pump())
         try:
-            asyncio.run(tail())
-            return False
-        except Exception:
-            return _poll_logs(client, job_id, handle, None, seen)
-    remaining = max(0.0, deadline - time.monotonic())
-
-    async def bounded() -> bool:
-        try:
-            await asyncio.wait_for(tail(), timeout=remaining)
-            return False
-        except TimeoutError:
-            return True
+            while True:
+                try:
+                    chunk = await asyncio.wait_for(chunks.get(), timeout=1.0)
+                except TimeoutError:
+                    if task.done() and task.exception() is not None:
+                        raise task.exception() from None  # the stream broke: poll instead
+                    chunk = ""
+                if chunk is None:
+                    return None
+                if chunk:
+                    handle(chunk)
+                reason = stop_reason()
+                if reason is not None:
+                    return reason
+        finally:
+            task.cancel()
 
     try:
-        return asyncio.run(bounded())
+        return asyncio.run(tail())
     except Exception:
-        return _poll_logs(client, job_id, handle, deadline, seen)
+        return _poll_logs(client, job_id, handle, stop_reason, seen)
 
 
-def _poll_logs(client: Any, job_id: str, handle: Callable[[str], None], deadline: float | None, seen: list[int],
-               poll_s: float = 2.0) -> bool:
+def _poll_logs(client: Any, job_id: str, handle: Callable[[str], None], stop_reason: Callable[[], str | None],
+               seen: list[int], poll_s: float = 2.0) -> str | None:
     """Fallback when the log stream breaks: poll the whole log, handling what is new since `seen[0]`."""
     while True:
         done = _status_name(client.get_job_status(job_id)) in TERMINAL
@@ -146,18 +184,17 @@ def _poll_logs(client: Any, job_id: str, handle: Callable[[str], None], deadline
         if len(text) > seen[0]:
             handle(text[seen[0]:])  # advances seen[0]
         if done:
-            return False
-        if deadline is not None and time.monotonic() > deadline:
-            return True
+            return None
+        reason = stop_reason()
+        if reason is not None:
+            return reason
         time.sleep(poll_s)
 
 
-def _wait_terminal(client: Any, job_id: str, deadline: float | None, poll_s: float) -> str:
+def _wait_terminal(client: Any, job_id: str, stop_reason: Callable[[], str | None], poll_s: float) -> str:
     while True:
         status = _status_name(client.get_job_status(job_id))
-        if status in TERMINAL:
-            return status
-        if deadline is not None and time.monotonic() > deadline:
+        if status in TERMINAL or stop_reason() is not None:
             return status
         time.sleep(poll_s)
 

@@ -16,6 +16,7 @@ from executor.backends.miles.launch import MilesLaunch, MilesRunResult
 from executor.backends.miles.options import parse_miles_options
 from executor.backends.miles.ray_job import submit_and_follow
 from executor.measurement_sink import StepSink
+from executor.watchdog import Watchdog, watchdog_timeout_s
 from perfmodel.inputs.plan import Plan
 
 
@@ -49,6 +50,8 @@ def run_miles(
       (measurement: {step, rollout_time_s, log_probs_time_s, train_time_s, weight_update_time_s, step_time_s, ...,
       perf: {raw perf/* keys}}; see executor.backends.miles.logs.StepRecord.measurement).
     - `timeout_s`: stop the job and return status TIMEOUT after this long.
+    - the watchdog: no log line for max(watchdog_floor_s, watchdog_multiple x the plan's predicted step) stops the
+      job and returns status STALLED with the watchdog's report (`result.stall`).
     - `run_id`: default executor.options.run_id or `<plan id>-<UTC time>`; also the Ray submission id.
     - `client`: a JobSubmissionClient-like object (tests); default a real one for the address.
     Raises InputError for a plan or options Miles cannot run; returns the job's final status otherwise.
@@ -63,8 +66,10 @@ def run_miles(
         (out or sys.stdout).write(render_dry_run(launch, plan_path))
         return MilesRunResult(run_id=rid, status="DRY_RUN", launch=launch)
     model_args = launch.model_args.resolve(source=plan_path)
+    opts = opts or parse_miles_options({}, plan_path)
+    dog = Watchdog(watchdog_timeout_s(plan.predicted.step_time_s, opts.watchdog_multiple, opts.watchdog_floor_s))
     return submit_and_follow(launch, model_args, environ=environ, store=store, out=out, log_path=log_path,
-                             timeout_s=timeout_s, client=client)
+                             timeout_s=timeout_s, watchdog=dog, client=client)
 
 
 def _with_address(launch: MilesLaunch, address: str) -> MilesLaunch:
