@@ -1,6 +1,7 @@
 """`executor`: launch a plan for real and read back what was measured.
 
   executor launch --plan PLAN [--steps N] [--store PATH] [--run-dir DIR] [--dry-run] [--debug]
+  executor launch --resume RUN [--steps N] [--store PATH]
   (the store: $EXECUTOR_STORE, or $XDG_DATA_HOME/perfmodel/executor.sqlite: executor.store_path)
   executor runs [--store PATH]
   executor show RUN [--store PATH]
@@ -23,6 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from executor.store import find_run
 from perfmodel.errors import InputError
 
 STORE_HELP = "SQLite store (default: $EXECUTOR_STORE, or $XDG_DATA_HOME/perfmodel/executor.sqlite)"
@@ -34,8 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     launch = sub.add_parser("launch", help="run a plan: backend local (SGLang + megatron-core GRPO on this machine) "
                             "or miles (Ray job on a cluster; --dry-run prints it)")
-    launch.add_argument("--plan", required=True, help="plan file (YAML/JSON) as written by perfmodel sweep")
-    launch.add_argument("--steps", type=int, help="GRPO steps (default: executor.options.steps)")
+    what = launch.add_mutually_exclusive_group(required=True)
+    what.add_argument("--plan", help="plan file (YAML/JSON) as written by perfmodel sweep")
+    what.add_argument("--resume", metavar="RUN", help="continue a stopped run (id or unique prefix) from its newest "
+                      "complete checkpoint, in the same run folder and store row (backend local)")
+    launch.add_argument("--steps", type=int, help="GRPO steps in all (default: executor.options.steps; with --resume, "
+                        "the steps the run asked for)")
     launch.add_argument("--store", type=Path, help=STORE_HELP)
     launch.add_argument("--run-dir", type=Path, help="run folder (default: runs/<run-id>/ next to the store)")
     launch.add_argument("--dry-run", action="store_true",
@@ -58,8 +64,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from executor.api import launch
+    from executor.api import launch, resume
 
+    if args.resume:
+        if args.dry_run or args.run_dir or args.ray_address or args.timeout:
+            raise InputError("--resume", "", "takes only --steps and --store (the run keeps its folder and plan)")
+        return resume(args.resume, steps=args.steps, store=args.store).exit_code
     return launch(args.plan, steps=args.steps, store=args.store, run_dir=args.run_dir, dry_run=args.dry_run,
                   ray_address=args.ray_address, timeout_s=args.timeout).exit_code
 
@@ -91,20 +101,11 @@ def _fmt(x: float | None, unit: str = "s") -> str:
     return f"{x:.3f} {unit}" if unit else f"{x:.4f}"
 
 
-def _find_run(store: Any, prefix: str, store_path: Path) -> dict[str, Any]:
-    matches = [r for r in store.runs() if r["run_id"].startswith(prefix)]
-    if len(matches) != 1:
-        raise InputError(str(store_path), "run", f"'{prefix}' matches {len(matches)} runs; `executor runs` lists them")
-    run = store.run(matches[0]["run_id"])
-    assert run is not None
-    return run
-
-
 def _export(args: argparse.Namespace) -> int:
     from executor.export import run_as_case, write_case
 
     store = _open_store(args.store)
-    run = _find_run(store, args.run, args.store)
+    run = find_run(store, args.run)
     data = run_as_case(run, store.steps(run["run_id"]), str(args.store), args.skip_steps)
     write_case(data, args.out)
     print(f"wrote {args.out}: case {data['id']} with {', '.join(data['measured'])}")
@@ -141,7 +142,7 @@ def _show(args: argparse.Namespace) -> int:
     from perfmodel.results import PHASE_METRICS
 
     store = _open_store(args.store)
-    run = _find_run(store, args.run, args.store)
+    run = find_run(store, args.run)
     steps = store.steps(run["run_id"])
     info = run["info"]
     print(f"run {run['run_id']}  plan {run['plan_id']} (sha256 {run['plan_hash']})  status {run['status']}")

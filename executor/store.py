@@ -2,7 +2,8 @@
 
 A crash loses at most the step in flight: each step is written and committed on its own (synchronous=FULL),
 and a reader sees only committed steps. Tables: `runs` (one row per launch) and `steps` (one row per GRPO step,
-the phase columns for queries and the whole `StepRecord` as JSON).
+the phase columns for queries and the whole `StepRecord` as JSON), and `superseded_steps` (steps of an earlier
+attempt that a resumed run ran again: moved there, not lost).
 """
 
 from __future__ import annotations
@@ -48,6 +49,15 @@ CREATE TABLE IF NOT EXISTS steps (
     written_at REAL NOT NULL,
     PRIMARY KEY (run_id, step)
 );
+-- steps a resumed run ran again (after the checkpoint it resumed from): kept, never overwritten
+CREATE TABLE IF NOT EXISTS superseded_steps (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    step INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    record TEXT NOT NULL,
+    superseded_at REAL NOT NULL,
+    PRIMARY KEY (run_id, step, attempt)
+);
 """
 
 
@@ -89,6 +99,22 @@ class Store:
         with self._transaction():
             self.conn.execute("UPDATE runs SET status=?, finished_at=? WHERE run_id=?", (status, time.time(), run_id))
 
+    def reopen_run(self, run_id: str, after_step: int, attempt: int) -> int:
+        """A run resumed from its checkpoint of `after_step`: one transaction moves its steps after that one to
+        `superseded_steps` under `attempt` (they will run again) and marks the run running. Returns how many moved."""
+        with self._transaction():
+            moved = self.conn.execute(
+                "INSERT INTO superseded_steps SELECT run_id, step, ?, record, ? FROM steps WHERE run_id=? AND step>?",
+                (attempt, time.time(), run_id, after_step)).rowcount
+            self.conn.execute("DELETE FROM steps WHERE run_id=? AND step>?", (run_id, after_step))
+            self.conn.execute("UPDATE runs SET status='running', finished_at=NULL WHERE run_id=?", (run_id,))
+        return int(moved)
+
+    def superseded_steps(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self.conn.execute("SELECT attempt, record FROM superseded_steps WHERE run_id=? ORDER BY attempt, step",
+                                 (run_id,)).fetchall()
+        return [dict(json.loads(r["record"]), attempt=r["attempt"]) for r in rows]
+
     def write_step(self, run_id: str, record: StepRecord) -> None:
         """One transaction: the step is either fully stored or not at all."""
         p = record.phases_s
@@ -121,6 +147,18 @@ class Store:
 
     def step_count(self, run_id: str) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM steps WHERE run_id=?", (run_id,)).fetchone()[0])
+
+
+def find_run(store: Store, prefix: str) -> dict[str, Any]:
+    """The one run whose id starts with `prefix`; InputError naming the store otherwise."""
+    from perfmodel.errors import InputError
+
+    matches = [r for r in store.runs() if r["run_id"].startswith(prefix)]
+    if len(matches) != 1:
+        raise InputError(str(store.path), "run", f"'{prefix}' matches {len(matches)} runs; `executor runs` lists them")
+    run = store.run(matches[0]["run_id"])
+    assert run is not None
+    return run
 
 
 class _Transaction:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from perfmodel.inputs.plan import Plan
 
@@ -39,3 +39,7 @@ class Backend(Protocol):
     name: str
 
     def launch(self, plan: Plan, options: LaunchOptions) -> RunOutcome: ...
+
+    def resume(self, run: dict[str, Any], options: LaunchOptions) -> RunOutcome:
+        """Continue the stored `run` (a `Store.run` row) from its newest checkpoint; InputError if it cannot."""
+        ...

@@ -1,6 +1,9 @@
 """Faults injected into real local runs (SGLang + megatron-core under torchrun on this machine): a hung engine, a
 killed training rank, a killed executor, two runs writing one store. Each time the executor notices, ends every
-process of the run (checked by process tree) and the store holds every completed step and nothing half-written."""
+process of the run (checked by process tree) and the store holds every completed step and nothing half-written;
+`executor launch --resume` then continues the run from its newest checkpoint to the steps asked for, in the same
+store row, the policy where the checkpoint left it (the restore checks the weights' digest; the sampled tokens'
+log-prob stays above the untrained policy's)."""
 
 from __future__ import annotations
 
@@ -97,6 +100,31 @@ def _wait_gone(pids: list[int], timeout_s: float = 60) -> list[int]:
     return _alive(pids)
 
 
+def _resume_and_check(store: Path, run: dict, steps: int) -> dict:
+    """Resume the run to `steps`: it finishes with steps 1..steps in the store, the re-run ones kept as superseded,
+    and the policy continues (not the untrained one again)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-m", "executor", "launch", "--resume", run["run_id"], "--steps", str(steps),
+                          "--store", str(store)], capture_output=True, text=True, env=env, timeout=400)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    from executor.store import Store
+
+    (after,) = _runs(store)
+    assert after["run_id"] == run["run_id"] and after["status"] == "finished"
+    assert [s["step"] for s in after["stored"]] == list(range(1, steps + 1))
+    (resumed,) = after["info"]["resumes"]
+    point = resumed["from_step"]
+    assert 1 <= point <= len(run["stored"]) and f"resumed from the checkpoint of step {point}" in out.stdout
+    assert after["stored"][:point] == run["stored"][:point]  # the steps before the checkpoint: untouched
+    db = Store(store)
+    superseded = db.superseded_steps(run["run_id"])
+    db.close()
+    assert [s["step"] for s in superseded] == [s["step"] for s in run["stored"][point:]]  # kept, not lost
+    lp = [s["rollout_log_prob_mean"] for s in after["stored"]]
+    assert sum(lp[point:]) / len(lp[point:]) > sum(lp[:2]) / 2, lp
+    return after
+
+
 def _runs(store: Path) -> list[dict]:
     from executor.store import Store
 
@@ -110,7 +138,7 @@ def _runs(store: Path) -> list[dict]:
 @needs_stack
 @pytest.mark.timeout(600)
 def test_a_hung_engine_is_noticed_by_the_watchdog_and_everything_ended(tmp_path: Path) -> None:
-    plan = _plan(tmp_path, "local-grpo.yaml", watchdog_floor_s=20, watchdog_multiple=2)
+    plan = _plan(tmp_path, "local-grpo.yaml", watchdog_floor_s=20, watchdog_multiple=2, checkpoint_every=2)
     proc = _start(plan, 40, tmp_path / "s.sqlite", tmp_path / "run")
     _read_until(proc, "step 3/40")
     tree = _tree(proc.pid)
@@ -129,31 +157,36 @@ def test_a_hung_engine_is_noticed_by_the_watchdog_and_everything_ended(tmp_path:
     assert run["status"] == "stalled" and run["info"]["stall"]["orphans"] == 0
     assert run["info"]["stall"]["steps_done"] == len(run["stored"]) >= 3
     assert [s["step"] for s in run["stored"]] == list(range(1, len(run["stored"]) + 1))
+    _resume_and_check(tmp_path / "s.sqlite", run, len(run["stored"]) + 3)
 
 
 @needs_stack
 @pytest.mark.timeout(600)
 def test_a_killed_training_rank_fails_the_run_and_leaves_nothing(tmp_path: Path) -> None:
-    proc = _start(REPO / "examples" / "local-grpo-pp2.yaml", 40, tmp_path / "s.sqlite", tmp_path / "run")
-    _read_until(proc, "step 2/40")
+    proc = _start(_plan(tmp_path, "local-grpo-pp2.yaml", checkpoint_every=2), 40, tmp_path / "s.sqlite",
+                  tmp_path / "run")
+    _read_until(proc, "step 3/40")
     tree = _tree(proc.pid)
-    ranks = [p for p in tree if "executor.backends.local.worker" in _cmdline(p)]
+    ranks = [p for p in tree if "executor.backends.local.worker" in _cmdline(p)
+             and "torch.distributed.run" not in _cmdline(p)]
     assert len(ranks) == 2, [(p, _cmdline(p)[:80]) for p in tree]
-    victim = max(ranks)  # the second rank started: not the one that drives the engine
+    victim = next(p for p in ranks if b"RANK=1\0" in Path(f"/proc/{p}/environ").read_bytes())  # not the driver
     t_kill = time.monotonic()
     os.kill(victim, signal.SIGKILL)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode != 0 and time.monotonic() - t_kill < 120, out[-3000:]
     assert _wait_gone(tree, 60) == []
     (run,) = _runs(tmp_path / "s.sqlite")
-    assert run["status"] == "failed" and len(run["stored"]) >= 2
+    assert run["status"] == "failed" and len(run["stored"]) >= 3
     assert all(s["phases_s"]["step"] > 0 for s in run["stored"])  # whole steps only
+    _resume_and_check(tmp_path / "s.sqlite", run, len(run["stored"]) + 2)
 
 
 @needs_stack
 @pytest.mark.timeout(600)
 def test_a_killed_executor_takes_its_run_with_it_and_keeps_the_steps(tmp_path: Path) -> None:
-    proc = _start(REPO / "examples" / "local-grpo.yaml", 40, tmp_path / "s.sqlite", tmp_path / "run")
+    proc = _start(_plan(tmp_path, "local-grpo.yaml", checkpoint_every=2), 40, tmp_path / "s.sqlite",
+                  tmp_path / "run")
     _read_until(proc, "step 3/40")
     tree = _tree(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)  # mid-run, possibly mid-write of a step
@@ -163,6 +196,8 @@ def test_a_killed_executor_takes_its_run_with_it_and_keeps_the_steps(tmp_path: P
     stored = run["stored"]
     assert len(stored) >= 3 and [s["step"] for s in stored] == list(range(1, len(stored) + 1))
     assert all(s["phases_s"]["step"] > 0 and s["micro_batches"] for s in stored)  # nothing half-written
+    assert run["status"] == "running"  # nobody was left to say otherwise; resume takes it over
+    _resume_and_check(tmp_path / "s.sqlite", run, len(stored) + 3)
 
 
 @needs_stack
@@ -183,7 +218,7 @@ def test_shell_metacharacters_in_the_plan_path_reach_no_shell(tmp_path: Path) ->
     (torchrun's argv, the job file), never through a shell."""
     canary = tmp_path / "canary"
     folder = tmp_path / f"a;$(touch {canary}) `touch {canary}` |& b'\""
-    folder.mkdir()
+    folder.mkdir(parents=True)  # the canary's path adds folders
     plan = folder / "plan;x.yaml"
     plan.write_text((REPO / "examples" / "local-grpo.yaml").read_text())
     proc = _start(plan, 1, folder / "s.sqlite", folder / "run dir")

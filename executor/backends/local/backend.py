@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import secrets
 import time
+from typing import Any
 
 from executor.backends.base import LaunchOptions, RunOutcome
 from executor.backends.local.options import LocalOptions
 from executor.backends.local.runner import launch as run_local
+from executor.backends.local.runner import resume as resume_local
 from executor.plan_check import check_plan
 from executor.store_path import default_run_dir
 from perfmodel.errors import InputError
@@ -32,3 +34,10 @@ class LocalBackend:
         if run_dir.exists() and any(run_dir.iterdir()):
             raise InputError(str(run_dir), "--run-dir", "exists and is not empty; choose another folder")
         return run_local(checked, run_id, run_dir, options.store_path, steps)
+
+    def resume(self, run: dict[str, Any], options: LaunchOptions) -> RunOutcome:
+        if options.steps is not None and options.steps < 1:
+            raise InputError("--steps", "", f"needs a positive number of steps, got {options.steps}")
+        checked = check_plan(options.plan_path)
+        steps = options.steps or int(run["info"].get("steps_requested") or 0)
+        return resume_local(checked, run, options.store_path, steps)

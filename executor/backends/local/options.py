@@ -41,3 +41,7 @@ class LocalOptions(BaseModel):
     watchdog_multiple: float = Field(DEFAULT_MULTIPLE, gt=0, description="stalled after this many predicted steps "
                                      "without a line of progress (executor/watchdog.py)")
     watchdog_floor_s: float = Field(DEFAULT_FLOOR_S, gt=0, description="but never before this many seconds")
+    checkpoint_every: int = Field(5, ge=0, description="a checkpoint (model, optimizer, RNG, prompt cursor) every this "
+                                  "many steps and at the last; `executor launch --resume RUN` continues from the "
+                                  "newest complete one; 0: none")
+    checkpoints_kept: int = Field(2, ge=1, description="complete checkpoints kept (older ones are removed)")

@@ -6,6 +6,7 @@ trace.json (Perfetto), hf_init/ (the initial HF checkpoint) and hf_update/ (disk
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -15,7 +16,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from executor.backends.base import RunOutcome
 from executor.backends.local.host_probe import probe_host
@@ -31,6 +34,7 @@ from executor.watchdog import (
     end_process_tree,
     watchdog_timeout_s,
 )
+from perfmodel.errors import InputError
 
 
 def _free_port() -> int:
@@ -71,6 +75,7 @@ def _stalled(run_id: str, dog: Watchdog, proc: subprocess.Popen[str], sink: Meas
 
 
 def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, steps: int) -> RunOutcome:
+    """A new run: its folder, its store row, then the run."""
     plan = checked.plan
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "logs").mkdir(exist_ok=True)
@@ -85,13 +90,72 @@ def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, s
         run_dir=str(run_dir.resolve()), started_at=time.time(), environment=env_record,
         predicted=plan.predicted.model_dump(exclude_none=True), info={"steps_requested": steps},
     )
-    sink.start_run(record)
+    with run_lock(run_dir, store_path):
+        sink.start_run(record)
+        print(f"run {run_id}: {plan.id} on {plan.hardware}, {record.layout}, {steps} steps -> {run_dir}", flush=True)
+        return _run(checked, run_id, run_dir, store_path, steps, sink, {}, "torchrun.log", "trace.json")
+
+
+def resume(checked: CheckedPlan, run: dict[str, Any], store_path: Path, steps: int) -> RunOutcome:
+    """Continue a run from its newest complete checkpoint, in the same run folder and store row: the steps it
+    recorded after that checkpoint are kept as superseded (they run again), the rest stay."""
+    from executor.backends.local.checkpoint import latest_checkpoint
+
+    run_id, run_dir = run["run_id"], Path(run["run_dir"])
+    with run_lock(run_dir, store_path):
+        point = latest_checkpoint(run_dir)
+        if point is None:
+            raise InputError(str(run_dir), "checkpoints", f"run {run_id} has no complete checkpoint (it stopped "
+                             "before its first one, or executor.options.checkpoint_every is 0); launch the plan again")
+        if point.step >= steps:
+            raise InputError("--steps", "", f"run {run_id} has a checkpoint of step {point.step}, at or past the "
+                             f"{steps} steps asked for; ask for more with --steps")
+        resumes = run["info"].get("resumes", [])
+        attempt = len(resumes) + 1
+        sink = MeasurementSink.open(store_path)
+        moved = sink.reopen_run(run_id, point.step, attempt)
+        sink.update_run_info(run_id, steps_requested=steps, resumes=[*resumes, {
+            "attempt": attempt, "from_step": point.step, "checkpoint": str(point.path), "at": time.time(),
+            "superseded_steps": moved, "status_before": run["status"]}])
+        print(f"run {run_id}: resumed from the checkpoint of step {point.step} ({point.path}); steps "
+              f"{point.step + 1}-{steps} to run" + (f"; {moved} steps recorded after the checkpoint are kept as "
+                                                   "superseded" if moved else ""), flush=True)
+        return _run(checked, run_id, run_dir, store_path, steps, sink,
+                    {"resume": {"checkpoint": str(point.path), "step": point.step}},
+                    f"torchrun-resume{attempt}.log", f"trace-resume{attempt}.json")
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path, store_path: Path) -> Iterator[None]:
+    """One executor per run folder at a time: a second launch or resume of a live run is refused."""
+    import fcntl
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / ".lock", "a+", encoding="utf-8") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            raise InputError(str(run_dir), "run", f"another executor (pid {f.read().strip() or '?'}) runs this run "
+                             f"now; wait for it or stop it first (store {store_path})") from None
+        f.truncate(0)
+        f.write(str(os.getpid()))
+        f.flush()
+        yield
+
+
+def _run(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, steps: int, sink: MeasurementSink,
+         job_extra: dict[str, Any], log_name: str, trace_name: str) -> RunOutcome:
+    """torchrun under the watchdog until the worker ends; the run's status from the steps it committed."""
+    plan = checked.plan
+    (run_dir / "logs").mkdir(exist_ok=True)
     options = LocalOptions.model_validate(plan.executor.options)
     dog = Watchdog(watchdog_timeout_s(plan.predicted.step_time_s, options.watchdog_multiple,
                                       options.watchdog_floor_s))
     job = {"plan_path": str(checked.path.resolve()), "run_id": run_id, "run_dir": str(run_dir.resolve()),
            "store_path": str(store_path.resolve()), "steps": steps,
-           "collective_timeout_s": dog.timeout_s}  # a dead peer fails the collective, no later than the watchdog
+           "collective_timeout_s": dog.timeout_s,  # a dead peer fails the collective, no later than the watchdog
+           "trace_file": trace_name, **job_extra}
     job_path = run_dir / "job.json"
     job_path.write_text(json.dumps(job, indent=2) + "\n", encoding="utf-8")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(checked.processes),
@@ -103,11 +167,10 @@ def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, s
     # on GPUs, as the seed's launch: a timed-out collective raises (async error handling) and dumps the flight
     # recorder's last collectives; on CPU the gloo group's timeout does the same (worker.py)
     env |= {k: v for k, v in WATCHDOG_NCCL_ENV.items() if k not in env}
-    print(f"run {run_id}: {plan.id} on {plan.hardware}, {record.layout}, {steps} steps -> {run_dir}", flush=True)
     t_launch = time.time()
     print(f"[{0.0:6.1f} s] starting {checked.processes} trainer process(es) under torchrun (imports take about "
           "10 s), then the SGLang engine", flush=True)
-    log_path = run_dir / "logs" / "torchrun.log"
+    log_path = run_dir / "logs" / log_name
     with open(log_path, "w", encoding="utf-8") as log:
         # its own process group: the watchdog ends torchrun, its ranks and SGLang's processes together
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, bufsize=1,
@@ -142,5 +205,5 @@ def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, s
     if status == "failed":
         print(f"error: run {run_id} failed after {done} of {steps} steps (exit {rc}); see {log_path}", file=sys.stderr)
         return RunOutcome(run_id, status, done, 1)
-    print(f"run {run_id} finished: {done} steps; store {store_path}; trace {run_dir / 'trace.json'}", flush=True)
+    print(f"run {run_id} finished: {done} steps; store {store_path}; trace {run_dir / trace_name}", flush=True)
     return RunOutcome(run_id, status, done, 0)

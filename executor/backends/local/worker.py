@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from executor.backends.local.checkpoint import restore
 from executor.backends.local.cpu_shims import apply_megatron_shims, needs_cpu_shims
 
 if TYPE_CHECKING:
@@ -93,6 +94,8 @@ class _Setup:
     dp_rank: int
     samples_per_step: int
     optimizer_steps: int
+    first_step: int = 1  # > 1 when resumed from the checkpoint of step first_step - 1
+    resumed_sampler_state: Any = None  # rank 0's prompt sampler (random.Random) state at that checkpoint
 
 
 @dataclass
@@ -137,10 +140,15 @@ def run(job: dict[str, Any]) -> None:
         dist.barrier()
 
         rng = random.Random(setup.options.seed)
-        for step in range(1, setup.steps + 1):
+        if setup.first_step > 1:  # resumed: the prompt sampler where the checkpoint left it
+            rng.setstate(setup.resumed_sampler_state)
+        for step in range(setup.first_step, setup.steps + 1):
             _run_step(setup, driver, rng, step)
-            if step == 1:
+            if step == setup.first_step:
                 _freeze_gc(driver)
+            every = setup.options.checkpoint_every
+            if every and (step % every == 0 or step == setup.steps):
+                _checkpoint(setup, driver, step, rng)
 
         dist.barrier()
     finally:  # also on errors and SIGTERM from torchrun: never leave SGLang's processes behind
@@ -180,9 +188,26 @@ def _setup(job: dict[str, Any]) -> _Setup:
     critic = (Trainer(arch, layout.pp, layout.ep, plan.train.micro_batch, plan.train.global_batch, options,
                       value_head=True) if rl.algorithm == "ppo" else None)
     samples_per_step = rl.prompts_per_step * rl.samples_per_prompt
+    first_step, sampler_state = restore(job.get("resume"), rank, world, trainer, critic)
     return _Setup(job=job, plan=plan, options=options, arch=arch, rl=rl, steps=steps, run_dir=run_dir, rank=rank,
                   world=world, trainer=trainer, critic=critic, dp=trainer.dp_size, dp_rank=trainer.dp_rank,
-                  samples_per_step=samples_per_step, optimizer_steps=samples_per_step // plan.train.global_batch)
+                  samples_per_step=samples_per_step, optimizer_steps=samples_per_step // plan.train.global_batch,
+                  first_step=first_step, resumed_sampler_state=sampler_state)
+
+
+def _checkpoint(setup: _Setup, driver: _Driver | None, step: int, rng: random.Random) -> None:
+    """Every rank writes its share; rank 0 seals it once all are in place and says so (checkpoint.py)."""
+    from executor.backends.local.checkpoint import save
+
+    t0 = time.time()
+    folder, size = save(setup.run_dir, step, setup.rank, setup.world, setup.trainer, setup.critic, rng,
+                        setup.job["run_id"], setup.options.checkpoints_kept)
+    if driver is None:
+        return
+    driver.sink.update_run_info(setup.job["run_id"], last_checkpoint={"step": step, "path": str(folder),
+                                                                      "bytes": size, "write_s": time.time() - t0})
+    print(f"[executor] checkpoint of step {step}: {size / 2**20:.1f} MiB in {time.time() - t0:.2f} s -> {folder}",
+          flush=True)
 
 
 def _open_driver(setup: _Setup) -> _Driver | None:
@@ -194,7 +219,7 @@ def _open_driver(setup: _Setup) -> _Driver | None:
     from executor.trace import TraceWriter
 
     sink = MeasurementSink.open(setup.job["store_path"])
-    return _Driver(sink=sink, trace=TraceWriter(setup.run_dir / "trace.json", origin))
+    return _Driver(sink=sink, trace=TraceWriter(setup.run_dir / setup.job.get("trace_file", "trace.json"), origin))
 
 
 def _start_engine(setup: _Setup, driver: _Driver | None) -> None:
@@ -213,8 +238,10 @@ def _start_engine(setup: _Setup, driver: _Driver | None) -> None:
     t1 = time.time()
     max_tokens = rl.rollout.max_total_tokens or 4096
     with _heartbeat("SGLang engine starting (model load, scheduler and tokenizer processes)"):
+        # resumed: another sampling seed, so the engine does not replay the first launch's draws
         engine = driver.engine = RolloutEngine(run_dir / "hf_init", max_tokens, rl.rollout.max_running_requests,
-                                               setup.options.seed, rl.rollout.mem_fraction_static)
+                                               setup.options.seed + setup.first_step - 1,
+                                               rl.rollout.mem_fraction_static)
     t2 = time.time()
     first = push_weights(engine, init_tensors, rl.rollout.precision, rl.weight_update.mode, setup.arch,
                          run_dir / "hf_update")
