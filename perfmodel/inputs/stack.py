@@ -39,7 +39,8 @@ profile lists only what differs from `stacks/default.yaml`, which lists every kn
   pipeline parallelism, where they also stay gathered across micro-batches). `cost/train/stage.py` counts the
   gathers per step and how much of each the prefetch hides.
 - `rl_step_host_s`, `rl_sample_host_s`, `rl_token_bytes`, `rl_host_bytes_per_s`, `rl_advantage_token_s`,
-  `rl_weight_restore`, `rl_weight_backup`: the RL step's sub-phases outside the framework's phase timers
+  `rl_weight_restore`, `rl_weight_backup`, `rl_comm_init_s`: the RL step's sub-phases outside the framework's
+  phase timers, or inside them but outside the passes' compute (a sleeping trainer's process groups re-created)
   (`perfmodel/sim/rl_subphases.py`, docs/rl-phases.md): the driver's fixed work per step (Ray calls, engine HTTP
   calls, bookkeeping), per sample host work and the rollout data's bytes per token moved from the rollout side to
   the trainer at a serialization rate, host time per response token of the advantages, and whether the log-prob
@@ -125,7 +126,7 @@ WEIGHT_UPDATE_KNOBS = ("memory_saver", "weight_update_fixed_s", "weight_update_t
 # The RL step's sub-phases outside the simulated rollout, passes and update (sim/rl_subphases.py): set per
 # framework from its source (docs/rl-phases.md), not fitted (one step's remainder cannot tell them apart).
 RL_STEP_KNOBS = ("rl_step_host_s", "rl_sample_host_s", "rl_token_bytes", "rl_host_bytes_per_s",
-                 "rl_advantage_token_s", "rl_weight_restore", "rl_weight_backup")
+                 "rl_advantage_token_s", "rl_weight_restore", "rl_weight_backup", "rl_comm_init_s")
 KNOBS = ("attention_kernel", "host_device_overlap", "cuda_graphs", "pack_sequences", "memory_saver",
          "rollout_max_engines", "weight_update_gather_bytes", "weight_update_pipelined",
          "fsdp_reshard_after_forward", "fp8_recipe", "elementwise_fusion", *NUMERIC_KNOBS, *RL_STEP_KNOBS)
@@ -175,6 +176,7 @@ class Stack(BaseModel):
     rl_advantage_token_s: float = Field(0.0, ge=0)
     rl_weight_restore: bool = False
     rl_weight_backup: bool = False
+    rl_comm_init_s: float = Field(0.0, ge=0)
     fsdp_reshard_after_forward: bool | None = True  # None: torchtitan's policy, True unless pipeline parallel
     fp8_recipe: Fp8Recipe = "delayed"
     elementwise_fusion: ElementwiseFusion = "fused"

@@ -292,16 +292,17 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
                                copy_s)
     fixed_s = scn.stack.rl_step_host_s + checkpoint_s(scn)
 
+    ref = rl.log_probs.ref_model  # the first pass after the wake re-creates the process groups (comm_reinit_s)
     phases = {
         "rollout": rollout_s,
-        "log_probs": side.log_probs_time_s,
-        "ref_log_probs": side.ref_log_probs_time_s,
-        "train": side.train_time_s,
+        "log_probs": side.log_probs_time_s + (0.0 if ref else extras.comm_init_first_pass_s),
+        "ref_log_probs": side.ref_log_probs_time_s + (extras.comm_init_first_pass_s if ref else 0.0),
+        "train": side.train_time_s + extras.comm_init_train_s + extras.comm_init_critic_s,
         # Miles times "sleep + update weights + wake" together when colocated; wu.total_s is that.
         "weight_update": wu.total_s,
         # what no phase timer holds: engine release + trainer onload (colocated), data to the trainer, weight
         # restores / backup, advantages, the driver's fixed work, checkpoints
-        "other": offload + extras.total_s + fixed_s,
+        "other": offload + extras.outside_timers_s + fixed_s,
     }
     train_path = side.total_s + extras.total_s
     if rl.async_:
@@ -316,6 +317,7 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
     tb = side.train.breakdown_s
     bd |= training_parts(tb)
     bd["weight_sync"] = wu.total_s
+    bd["other_comm"] += extras.comm_init_s
     bd["offload"] = offload + extras.moves_s
     if side.critic is not None:  # the critic's passes and their bubbles and comms, as compute; its swap, offload
         bd["train_compute"] += side.critic_time_s - side.critic_swap_s
@@ -381,14 +383,20 @@ def step_subphases(rollout: RolloutResult, reward_s: float, offload_s: float, si
         SubPhase("release_and_onload", offload_s, "other", "per step + trainer bytes over the host link"),
         SubPhase("data_to_trainer", extras.data_to_trainer_s, "other", "per sample + bytes per token"),
     ]
+    comm = "groups x communicator init, stage after stage"
     if side.critic is not None:
-        out.append(SubPhase("critic_train", side.critic_time_s, "train", "per micro-batch, per token, swap bytes"))
+        out += [SubPhase("critic_comm_init", extras.comm_init_critic_s, "train", comm),
+                SubPhase("critic_train", side.critic_time_s, "train", "per micro-batch, per token, swap bytes")]
+    first_pass = "ref_log_probs" if side.ref_log_probs is not None else "log_probs"
     out += [
         SubPhase("ref_restore", extras.ref_restore_s, "other", "weight bytes over the host link"),
+        *([SubPhase("comm_init", extras.comm_init_first_pass_s, first_pass, comm)] if side.ref_log_probs else []),
         SubPhase("ref_log_probs", side.ref_log_probs_time_s, "ref_log_probs", "per micro-batch, per token"),
         SubPhase("actor_restore", extras.actor_restore_s, "other", "weight bytes over the host link"),
+        *([] if side.ref_log_probs else [SubPhase("comm_init", extras.comm_init_first_pass_s, first_pass, comm)]),
         SubPhase("log_probs", side.log_probs_time_s, "log_probs", "per micro-batch, per token"),
         SubPhase("advantages", extras.advantages_s, "other", "per response token"),
+        SubPhase("train_comm_init", extras.comm_init_train_s, "train", "gradient groups x communicator init"),
         SubPhase("actor_train", side.train.step_time_s, "train", "per micro-batch, per token, per optimizer step"),
         SubPhase("weight_backup", extras.weight_backup_s, "other", "weight bytes over the host link"),
         SubPhase("weight_update", wu.total_s, "weight_update", "per bucket + bytes + fixed calls"),

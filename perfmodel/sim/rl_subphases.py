@@ -16,6 +16,11 @@ Each is a small formula over the step's samples and bytes, the hardware's links 
   per token where the framework computes them on the CPU.
 - `checkpoint_s`: weights and optimizer state written to the shared filesystem every `rl.checkpoint_every` steps,
   spread over the steps.
+- `comm_reinit_s`: a colocated trainer that sleeps destroys its NCCL/RCCL process groups and re-creates them at
+  wake-up (Miles `sleep` -> `destroy_process_groups`, `wake_up` -> `reload_process_groups`); PyTorch creates each
+  group's communicator lazily, at its first collective, so the first forward pass after the wake pays one
+  communicator per group it uses, stage after stage (a stage reaches its first collective when its first
+  micro-batch arrives), inside the log-prob timer; training then creates the gradient groups only it uses.
 - the stack's fixed driver work per step (`rl_step_host_s`).
 """
 
@@ -89,6 +94,35 @@ def checkpoint_s(scn: Scenario) -> float:
     return scn.model.total_params() * CHECKPOINT_BYTES_PER_PARAM / DISK_WRITE_BYTES_PER_S / every
 
 
+def forward_groups(scn: Scenario) -> int:
+    """Process groups of more than one rank a pipeline stage's forward pass collects over: tensor parallel
+    (sequence-parallel gathers, vocab-parallel cross-entropy), context parallel (KV gathers), expert parallel
+    (dispatch) and expert tensor parallel."""
+    lay = scn.layout
+    return sum(size > 1 for size in (lay.tp, lay.cp, lay.ep, lay.etp))
+
+
+def train_only_groups(scn: Scenario) -> int:
+    """Groups training adds to the forward's: the dense gradients' data-parallel (x context-parallel) group, the
+    experts' data-parallel group and the model-parallel group of the gradient-norm all-reduce."""
+    lay = scn.layout
+    stage_gpus = scn.run.gpus // lay.pp
+    return sum(size > 1 for size in (scn.dp * lay.cp, stage_gpus // (lay.ep * lay.etp), scn.run.gpus // scn.dp))
+
+
+def comm_reinit_s(scn: Scenario) -> tuple[float, float]:
+    """(in the first forward pass after the wake, in training): communicators a sleeping trainer re-creates. The
+    forward's groups one stage after another, plus the pipeline's p2p group (every stage posts its first receive
+    at once); training's gradient groups at its end, on every stage at once. (0, 0) unless colocated with a
+    memory saver and a stack that destroys its groups (rl_comm_init_s > 0)."""
+    st, rl = scn.stack, scn.run.rl
+    if not (st.rl_comm_init_s and st.memory_saver and rl.placement == "colocated"):
+        return 0.0, 0.0
+    pp = scn.layout.pp
+    first_pass = (pp * forward_groups(scn) + (pp > 1)) * st.rl_comm_init_s
+    return first_pass, train_only_groups(scn) * st.rl_comm_init_s
+
+
 @dataclass(frozen=True, slots=True)
 class TrainPathExtras:
     """The sub-phases on the training side's path (before and after the passes), in the order they run."""
@@ -98,6 +132,9 @@ class TrainPathExtras:
     actor_restore_s: float
     advantages_s: float
     weight_backup_s: float
+    comm_init_first_pass_s: float = 0.0  # inside the first log-prob pass's timer (comm_reinit_s)
+    comm_init_train_s: float = 0.0  # inside the training timer
+    comm_init_critic_s: float = 0.0  # PPO: the critic's own groups (its value pass and update), in critic_train
 
     @property
     def before_passes_s(self) -> float:
@@ -106,7 +143,16 @@ class TrainPathExtras:
     @property
     def total_s(self) -> float:
         return (self.data_to_trainer_s + self.ref_restore_s + self.actor_restore_s + self.advantages_s
-                + self.weight_backup_s)
+                + self.weight_backup_s + self.comm_init_s)
+
+    @property
+    def comm_init_s(self) -> float:
+        return self.comm_init_first_pass_s + self.comm_init_train_s + self.comm_init_critic_s
+
+    @property
+    def outside_timers_s(self) -> float:
+        """What no phase timer holds (the step's `other`)."""
+        return self.total_s - self.comm_init_s
 
     @property
     def moves_s(self) -> float:
@@ -124,10 +170,14 @@ def train_path_extras(scn: Scenario, samples: int, tokens: int, response_tokens:
     ref = scn.run.rl.log_probs.ref_model
     # tokens a training GPU holds: its DP share, split over CP (the last pipeline stage computes the advantages)
     per_gpu = response_tokens / (scn.dp * scn.layout.cp)
+    first_pass, train = comm_reinit_s(scn)
     return TrainPathExtras(
         data_to_trainer_s=data_to_trainer_s(scn, samples, tokens),
         ref_restore_s=restore if ref else 0.0,
         actor_restore_s=restore,
         advantages_s=advantages_s(scn, per_gpu, response_tokens),
         weight_backup_s=weight_backup_s(scn, copy_s),
+        comm_init_first_pass_s=first_pass,
+        comm_init_train_s=train,
+        comm_init_critic_s=first_pass + train if scn.run.rl.algorithm == "ppo" else 0.0,
     )

@@ -99,8 +99,8 @@ def test_the_sub_phases_run_in_order_and_are_the_step(miles):
     rl = simulate_scenario(miles, record_trace=True).rl
     names = [s.name for s in rl.subphases]
     assert names == ["generate", "reward_tail", "release_and_onload", "data_to_trainer", "ref_restore",
-                     "ref_log_probs", "actor_restore", "log_probs", "advantages", "actor_train", "weight_backup",
-                     "weight_update", "checkpoint", "driver"]
+                     "ref_log_probs", "actor_restore", "comm_init", "log_probs", "advantages", "train_comm_init",
+                     "actor_train", "weight_backup", "weight_update", "checkpoint", "driver"]
     assert sum(s.seconds for s in rl.subphases) == pytest.approx(rl.step_time_s, rel=1e-9)
     # each phase timer holds exactly its sub-phases
     for phase, seconds in rl.phases_s.items():
@@ -114,11 +114,48 @@ def test_the_sub_phases_run_in_order_and_are_the_step(miles):
     assert sum(s.dur_s for s in parts) == pytest.approx(rl.weight_update.total_s, rel=1e-9)
 
 
+def test_a_sleeping_trainer_re_creates_its_communicators_stage_after_stage():
+    """Miles colocated: the first forward pass after the wake creates each stage's TP/CP/EP/ETP communicators in
+    turn (plus the pipeline's p2p group once), training its gradient groups; each inside its phase timer."""
+    lay = {"tp": 2, "pp": 4, "cp": 2, "ep": 4, "etp": 1, "vpp": 1, "dp": 2}
+    data = copy.deepcopy(BASE)
+    data["train"]["layout"] = lay
+    data["rl"].update({"placement": "colocated", "actor_gpus": 32, "rollout_gpus": 32, "async": False})
+    data["rl"]["log_probs"]["ref_model"] = False
+    data["stack"] = "miles"
+    scn = build_scenario(RunSpec.model_validate(data))
+    init = scn.stack.rl_comm_init_s
+    assert init > 0
+    first, train = sp.comm_reinit_s(scn)
+    assert sp.forward_groups(scn) == 3  # tp, cp, ep (etp 1)
+    assert first == pytest.approx((4 * 3 + 1) * init)
+    # dense gradients over dp x cp = 4, experts' data parallel 8 / 4 = 2, the grad-norm's model-parallel group
+    assert train == pytest.approx(3 * init)
+    rl = simulate_scenario(scn).rl
+    sub = {s.name: s for s in rl.subphases}
+    assert sub["comm_init"].seconds == pytest.approx(first) and sub["comm_init"].phase == "log_probs"
+    assert sub["train_comm_init"].seconds == pytest.approx(train) and sub["train_comm_init"].phase == "train"
+    assert rl.phases_s["log_probs"] == pytest.approx(rl.train_side.log_probs_time_s + first)
+    ppo = copy.deepcopy(data)
+    ppo["rl"]["algorithm"] = "ppo"
+    extras = sp.train_path_extras(build_scenario(RunSpec.model_validate(ppo)), 256, 10**6, 10**5)
+    assert extras.comm_init_critic_s == pytest.approx(first + train)  # the critic's own groups, in critic_train
+    off = dataclasses.replace(scn, stack=scn.stack.with_knobs({"memory_saver": False}, "t"))
+    assert sp.comm_reinit_s(off) == (0.0, 0.0)  # a trainer that never sleeps keeps its groups
+    apart = copy.deepcopy(data)
+    apart["rl"].update({"placement": "disaggregated", "actor_gpus": 16, "rollout_gpus": 16})
+    apart["gpus"] = 32
+    apart["train"]["layout"] = {**lay, "dp": 1}
+    assert sp.comm_reinit_s(build_scenario(RunSpec.model_validate(apart))) == (0.0, 0.0)
+    assert sp.comm_reinit_s(_scn("nemo-rl")) == (0.0, 0.0)  # a stack that keeps its groups: knob 0
+
+
 def test_async_hides_the_training_side_sub_phases_under_the_rollout():
     rl = simulate_scenario(_scn(**{"async": True})).rl
     sub = {s.name: s.seconds for s in rl.subphases}
-    train_path = sum(sub[k] for k in ("data_to_trainer", "ref_restore", "ref_log_probs", "actor_restore",
-                                      "log_probs", "advantages", "actor_train", "weight_backup"))
+    train_path = sum(sub[k] for k in ("data_to_trainer", "ref_restore", "comm_init", "ref_log_probs",
+                                      "actor_restore", "log_probs", "advantages", "train_comm_init", "actor_train",
+                                      "weight_backup"))
     rollout = sub["generate"] + sub["reward_tail"]
     assert rl.step_time_s == pytest.approx(max(rollout, train_path) + sub["weight_update"] + sub["checkpoint"]
                                            + sub["driver"], rel=1e-9)
