@@ -1,0 +1,39 @@
+"""A 100-step local GRPO run (studies/long-run/run.py, the study's own code): it finishes, no step stalls, the reward
+ends at least where it began, the log-prob gap is recorded every step, and memory is flat (peak RSS of the trainer
+and of SGLang's processes at the last step within 10% of step 10's)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from tests.executor.test_local_launch import REPO, needs_stack
+
+pytestmark = [pytest.mark.slow]
+
+
+def _study() -> object:
+    spec = importlib.util.spec_from_file_location("long_run", REPO / "studies" / "long-run" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@needs_stack
+@pytest.mark.timeout(900)
+def test_a_hundred_steps_run_flat_in_memory_without_a_stall(tmp_path: Path) -> None:
+    study = _study()
+    assert study.main(["--steps", "100", "--out", str(tmp_path)]) == 0
+    import json
+
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["status"] == "finished" and s["steps"] == 100
+    assert s["gap_recorded_every_step"] and 0 < s["gap_last_tenth"] < 0.1
+    assert s["steps_over_3x_median"] == 0, s  # no stalled step
+    assert s["reward_last_tenth"] >= s["reward_first_tenth"], s  # still rising or flat
+    for who in ("trainer", "engine"):
+        at10, last = s[f"{who}_rss_gib_step10"], s[f"{who}_rss_gib_last"]
+        assert last <= 1.10 * at10, (who, at10, last)
+    assert (tmp_path / "curves.csv").read_text().count("\n") == 101
