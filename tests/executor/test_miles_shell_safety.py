@@ -27,7 +27,7 @@ from perfmodel.inputs.plan import Plan
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = yaml.safe_load((REPO / "examples" / "seed-mi355x-dsv4.yaml").read_text())
-NOT_FREE_TEXT = {"python", "ray_address", "head_ip", "run_id", "model_type", "model_args_format"}
+NOT_FREE_TEXT = {"python", "ray_address", "head_ip", "dashboard_host", "run_id", "model_type", "model_args_format"}
 
 
 def _payload(canary: Path) -> str:
@@ -91,9 +91,22 @@ def test_every_string_option_stays_one_literal_argument(tmp_path: Path) -> None:
     ({"extra_env": {"A;B": "1"}}, "executor.options.extra_env"),
     ({"extra_env": {"A": "x\0y"}}, "executor.options.extra_env"),
     ({"head_ip": "10.0.0.1;reboot"}, "executor.options.head_ip"),
+    ({"dashboard_host": "0.0.0.0 --x"}, "executor.options.dashboard_host"),
     ({"model_type": "../../etc"}, "executor.options.model_type"),
 ])
 def test_what_no_quoting_makes_safe_is_refused(options: dict, field: str) -> None:
     with pytest.raises(InputError) as err:
         parse_miles_options(options, "p.yaml")
     assert err.value.field == field
+
+
+def test_the_ray_dashboard_listens_on_loopback_unless_the_plan_says_otherwise() -> None:
+    """The dashboard serves Ray's job API, which runs whatever is submitted to it."""
+    def head(options: dict) -> list[str]:
+        d = copy.deepcopy(SEED)
+        d["executor"]["options"].update(options)
+        cmd = list(build_miles_launch(parse(Plan, d, "p.yaml"), "p.yaml").ray_head)
+        return cmd[cmd.index("--dashboard-host") + 1:cmd.index("--dashboard-host") + 2]
+
+    assert head({}) == ["127.0.0.1"]
+    assert head({"dashboard_host": "10.0.0.5"}) == ["10.0.0.5"]

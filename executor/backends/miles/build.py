@@ -132,8 +132,10 @@ def train_args(plan: Plan, sc: Scenario, opts: MilesOptions, recipe: R.ModelReci
 def _ray_start_commands(opts: MilesOptions, gpus_per_node: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """`ray start` on the head node and on each worker node (run inside the training image)."""
     head = opts.head_ip or "$HEAD_IP"
+    # the dashboard serves Ray's job API (it runs whatever is submitted): loopback unless the plan says otherwise
     ray_head = ("ray", "start", "--head", "--node-ip-address", head, "--port", str(opts.ray_port),
-                "--dashboard-port", str(opts.dashboard_port), "--num-gpus", str(gpus_per_node), "--disable-usage-stats")
+                "--dashboard-host", opts.dashboard_host, "--dashboard-port", str(opts.dashboard_port),
+                "--num-gpus", str(gpus_per_node), "--disable-usage-stats")
     ray_worker = ("ray", "start", "--address", f"{head}:{opts.ray_port}", "--node-ip-address", "$WORKER_IP",
                   "--num-gpus", str(gpus_per_node), "--disable-usage-stats")
     return ray_head, ray_worker

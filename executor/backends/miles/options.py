@@ -119,6 +119,8 @@ class MilesOptions(BaseModel):
     head_ip: str | None = Field(None, description="head node IP for the ray start commands and MASTER_ADDR")
     ray_port: int = Field(6379, ge=1, le=65535)
     dashboard_port: int = Field(8265, ge=1, le=65535)
+    dashboard_host: str = Field("127.0.0.1", description="where the head's dashboard (Ray's job API) listens; "
+                                "loopback: jobs are submitted from the head node")
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
 
     # Every string here becomes an argument, a path or an env value of a job that a shell starts: it is quoted
@@ -140,7 +142,7 @@ class MilesOptions(BaseModel):
                 raise ValueError(f"{key!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
         return v
 
-    @field_validator("head_ip")
+    @field_validator("head_ip", "dashboard_host")
     @classmethod
     def _host(cls, v: str | None) -> str | None:
         if v is not None and not _HOST.match(v):
