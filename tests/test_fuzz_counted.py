@@ -75,12 +75,12 @@ def _mutate(doc: Any, data: st.DataObject) -> Any:
         for key in path[:-1]:
             parent = parent[key]
         action = data.draw(st.sampled_from(["replace", "replace", "delete", "add"]))
-        if action == "replace":
-            parent[path[-1]] = data.draw(values)
+        if action == "replace":  # a copy: EXTREMES' lists and dicts are shared by every example
+            parent[path[-1]] = copy.deepcopy(data.draw(values))
         elif action == "delete" and isinstance(parent, dict):
             del parent[path[-1]]
         elif isinstance(parent, dict):
-            parent[data.draw(st.text(min_size=1, max_size=8))] = data.draw(values)
+            parent[data.draw(st.text(min_size=1, max_size=8))] = copy.deepcopy(data.draw(values))
     return doc
 
 

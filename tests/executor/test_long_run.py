@@ -31,7 +31,7 @@ def test_a_hundred_steps_run_flat_in_memory_without_a_stall(tmp_path: Path) -> N
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["status"] == "finished" and s["steps"] == 100
     assert s["gap_recorded_every_step"] and 0 < s["gap_last_tenth"] < 0.1
-    assert s["steps_over_3x_median"] == 0, s  # no stalled step
+    assert s["steps_over_10x_median"] == 0, s  # no stalled step
     assert s["reward_last_tenth"] >= s["reward_first_tenth"], s  # still rising or flat
     for who in ("trainer", "engine"):
         at10, last = s[f"{who}_rss_gib_step10"], s[f"{who}_rss_gib_last"]

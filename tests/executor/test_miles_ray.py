@@ -101,25 +101,27 @@ FAKE_HUNG_TRAIN = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.timeout(240)
 def test_a_hung_job_is_stalled_and_stopped_on_real_ray(ray_head, tmp_path):
-    """The watchdog (floor 8 s) stops the silent job through Ray: the job ends STOPPED, its hung process is gone,
-    the step it logged is kept."""
+    """The watchdog (floor 30 s: Ray starts the job's runtime env in several seconds, more on a busy machine) stops
+    the silent job through Ray: the job ends STOPPED, its hung process is gone, the step it logged is kept."""
     miles_root = tmp_path / "miles"
     miles_root.mkdir()
     (miles_root / "train_async.py").write_text(FAKE_HUNG_TRAIN)
     pid_file = tmp_path / "pid"
     d = copy.deepcopy(yaml.safe_load(SEED.read_text()))
     d["executor"]["options"].update(miles_root=str(miles_root), python=sys.executable, model_args=[],
-                                    extra_args=[str(pid_file)], watchdog_floor_s=8.0, watchdog_multiple=1e-6)
+                                    extra_args=[str(pid_file)], watchdog_floor_s=30.0, watchdog_multiple=1e-6)
     plan = parse(Plan, d, str(SEED))
     store = ListStore()
     t0 = time.monotonic()
     result = run_miles(plan, str(SEED), ray_address=ray_head.dashboard, store=store,
-                       run_id=f"ray-hang-{os.getpid()}", log_path=tmp_path / "job.log", timeout_s=100, environ={})
+                       run_id=f"ray-hang-{os.getpid()}", log_path=tmp_path / "job.log", timeout_s=170, environ={})
     assert result.status == "STALLED", (result.status, (tmp_path / "job.log").read_text()[-2000:])
-    assert time.monotonic() - t0 < 60
+    assert time.monotonic() - t0 < 150
     assert result.stall is not None and result.stall["job_status_after_stop"] == "STOPPED"
-    assert [r["step"] for r in store.rows] == [0] and result.stall["steps_done"] == 1
+    log = (tmp_path / "job.log").read_text()
+    assert [r["step"] for r in store.rows] == [0] and result.stall["steps_done"] == 1, log
     hung = int(pid_file.read_text())
     deadline = time.monotonic() + 30
     while psutil.pid_exists(hung) and psutil.Process(hung).status() != psutil.STATUS_ZOMBIE:
