@@ -6,6 +6,7 @@
   executor runs [--store PATH]
   executor show RUN [--store PATH]
   executor export RUN --out CASE [--skip-steps N] [--store PATH]
+  executor align --plan PLAN [--precision fp8|bf16] [--tokens FILE] [--rollout-set K=V] [--trainer-set K=V]
 
 `launch` hands the plan to the backend its `executor.backend` names (executor.backends.registry); the backend
 records the run through executor.measurement_sink, which every command here reads back from the store.
@@ -50,11 +51,29 @@ def _parser() -> argparse.ArgumentParser:
                         "$RAY_ADDRESS, http://127.0.0.1:8265)")
     launch.add_argument("--timeout", type=float, help="backend miles: stop the job after this many seconds")
     launch.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    align = sub.add_parser("align", help="where rollout and training disagree: the same sequences through the SGLang "
+                           "engine and the megatron-core trainer, layer by layer, each against an FP32 reference")
+    align.add_argument("--plan", required=True, help="a local plan (its model, task, rollout precision and seed)")
+    align.add_argument("--precision", choices=("fp8", "bf16"), help="rollout precision (default: the plan's)")
+    align.add_argument("--tokens", type=Path, help="a JSON list of token-id lists (default: --samples sequences of "
+                       "the plan's task, responses sampled by the engine)")
+    align.add_argument("--samples", type=int, default=8, help="sequences to sample when --tokens is not given")
+    align.add_argument("--out", type=Path, help="folder for align.json / align.html (default: "
+                       "$XDG_DATA_HOME/perfmodel/align/<plan>-<time>)")
+    align.add_argument("--rollout-set", action="append", metavar="KEY=VALUE", default=[],
+                       help="configure the engine's model otherwise (sliding_window, hash_seed, hc_sinkhorn_iters)")
+    align.add_argument("--trainer-set", action="append", metavar="KEY=VALUE", default=[],
+                       help="configure the trainer's model otherwise")
+    align.add_argument("--fp8-block", type=int, default=128, help="FP8 scale block of the engine's weights")
+    align.add_argument("--format", choices=("table", "json"), default="table")
+    align.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     runs = sub.add_parser("runs", help="list the runs in the store")
     runs.add_argument("--store", type=Path, help=STORE_HELP)
     show = sub.add_parser("show", help="a run: measured per phase next to the plan's prediction")
     show.add_argument("run", help="run id (a unique prefix is enough)")
     show.add_argument("--store", type=Path, help=STORE_HELP)
+    show.add_argument("--figure", type=Path, help="write the per-step log-prob gap, next to the same model's runs "
+                      "with the other rollout precision, as a plotly HTML figure")
     export = sub.add_parser("export", help="a run as a validation case (for perfmodel validate / calibrate)")
     export.add_argument("run", help="run id (a unique prefix is enough)")
     export.add_argument("--out", required=True, type=Path, help="case YAML to write")
@@ -72,6 +91,38 @@ def _launch(args: argparse.Namespace) -> int:
         return resume(args.resume, steps=args.steps, store=args.store).exit_code
     return launch(args.plan, steps=args.steps, store=args.store, run_dir=args.run_dir, dry_run=args.dry_run,
                   ray_address=args.ray_address, timeout_s=args.timeout).exit_code
+
+
+def _align(args: argparse.Namespace) -> int:
+    from executor.align.report import print_report, write_outputs
+    from executor.align.run import AlignSession, parse_overrides
+    from executor.store_path import data_dir
+
+    rollout, trainer = parse_overrides(args.rollout_set, "--rollout-set"), parse_overrides(args.trainer_set,
+                                                                                          "--trainer-set")
+    if args.fp8_block < 1 or args.samples < 1:
+        raise InputError("--fp8-block" if args.fp8_block < 1 else "--samples", "", "needs a positive number")
+    out = args.out or data_dir() / "align" / f"{Path(args.plan).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    t0 = time.perf_counter()
+    session = AlignSession.start(args.plan, precision=args.precision, tokens_file=args.tokens, samples=args.samples,
+                                 fp8_block=args.fp8_block, rollout_overrides=rollout, work_dir=out / "work")
+    try:
+        result = session.compare(trainer)
+    finally:
+        session.close()
+    meta = {"plan": str(args.plan), "plan_id": session.plan.id, "precision": session.precision,
+            "fp8_block": args.fp8_block, "rollout_set": rollout, "trainer_set": trainer,
+            "sequences": len(session.sequences), "tokens": sum(len(s) for s in session.sequences),
+            "seconds": {**{k: round(v, 2) for k, v in session.timings_s.items()},
+                        "total": round(time.perf_counter() - t0, 2)}}
+    js, html = write_outputs(result, meta, out)
+    if args.format == "json":
+        print(js.read_text(encoding="utf-8"))
+    else:
+        print_report(result, meta)
+        print(f"wrote {js} and {html} in {meta['seconds']['total']:.0f} s (engine start "
+              f"{meta['seconds']['engine_start']:.0f} s)")
+    return 0
 
 
 def _open_store(path: Path) -> Any:
@@ -193,6 +244,14 @@ def _show(args: argparse.Namespace) -> int:
               f"{s['train_rollout_logprob_abs_diff']:9.4f} {s['train_rollout_kl']:9.5f} "
               f"{s.get('rollout_log_prob_mean', float('nan')):8.3f} "
               f"{s['train_stats'].get('grad_norm', float('nan')):9.3f} {rss:8.2f}G")
+    from executor.gap_report import comparison, summary_line, write_figure
+
+    rows = comparison(store, run, steps)
+    if rows:
+        print("\n" + summary_line(rows))
+    if args.figure:
+        write_figure(rows, args.figure)
+        print(f"wrote {args.figure}")
     return 0
 
 
@@ -200,11 +259,13 @@ def main(argv: list[str] | None = None) -> int:
     from executor.store_path import default_store_path
 
     args = _parser().parse_args(argv)
-    if args.command != "launch":
+    if args.command not in ("launch", "align"):
         args.store = args.store or default_store_path()
     try:
         if args.command == "launch":
             return _launch(args)
+        if args.command == "align":
+            return _align(args)
         if args.command == "runs":
             return _runs(args)
         if args.command == "export":

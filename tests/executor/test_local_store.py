@@ -83,3 +83,31 @@ def test_process_killed_mid_step_loses_only_that_step(tmp_path: Path) -> None:
     assert [s["step"] for s in reopened.steps("r1")] == [1, 2]
     reopened.write_step("r1", _step(3))  # the store is usable again, no lock left behind
     assert reopened.step_count("r1") == 3
+
+
+def test_show_puts_the_gap_next_to_the_other_precision(tmp_path: Path, capsys) -> None:
+    """issue 16: `executor show` compares the run's per-step log-prob gap with the same model's runs of the other
+    rollout precision in the store, in a line and as a figure."""
+    import dataclasses
+
+    from executor.cli import main as executor_main
+    from executor.records import plan_hash
+
+    repo = Path(__file__).resolve().parents[2]
+    store = Store(tmp_path / "s.sqlite")
+    for run_id, plan, precision, gap in (("fp8run", "local-grpo.yaml", "fp8", 0.006),
+                                         ("bf16run", "local-grpo-bf16.yaml", "bf16", 0.002),
+                                         ("other", "local-grpo-ep2.yaml", "bf16", 0.5)):  # another model
+        path = repo / "examples" / plan
+        rec = dataclasses.replace(_run(run_id), plan_path=str(path), plan_hash=plan_hash(path),
+                                  info={"rollout_precision": precision})
+        store.create_run(rec)
+        for n in (1, 2, 3):
+            store.write_step(run_id, dataclasses.replace(_step(n), train_rollout_logprob_abs_diff=gap))
+    store.close()
+    assert executor_main(["show", "fp8run", "--store", str(tmp_path / "s.sqlite"), "--figure",
+                          str(tmp_path / "gap.html")]) == 0
+    out = capsys.readouterr().out
+    assert "this run (fp8) 6.00e-03" in out and "bf16run (bf16, same model) 2.00e-03" in out
+    assert "the FP8 rollout's gap is 3.0x the BF16 one" in out and "other" not in out.split("log-prob gap")[1]
+    assert (tmp_path / "gap.html").stat().st_size > 100_000
