@@ -81,7 +81,8 @@ def _check_plan_and_model(src: str, path: str | Path) -> tuple[Plan, RLSpec, Tin
     if plan.kind != "rl" or plan.rl is None:
         raise InputError(src, "kind", "the local backend runs GRPO: needs kind: rl with an rl: section")
     if plan.model.hf_config is None:
-        raise InputError(src, "model", "the local backend needs an inline model.hf_config (a tiny Llama or Mixtral)")
+        raise InputError(src, "model", "the local backend needs an inline model.hf_config (a tiny Llama, Mixtral or "
+                         "Dsv4Mini)")
     try:
         arch = TinyArch.from_hf_config(plan.model.hf_config)
     except ValueError as err:
@@ -122,6 +123,9 @@ def _check_layout(src: str, plan: Plan, arch: TinyArch, processes: int, on_cpu: 
         raise InputError(src, "train.layout.dp", f"{processes} processes / (tp x pp) gives dp {dp}, not {lay.dp}")
     if arch.num_layers % lay.pp:
         raise InputError(src, "train.layout.pp", f"pp {lay.pp} does not divide num_hidden_layers {arch.num_layers}")
+    if arch.is_dsv4mini and lay.pp > 1:
+        raise InputError(src, "train.layout.pp", "Dsv4MiniForCausalLM keeps its hyper-connection streams on one "
+                         "pipeline stage: use pp: 1")
     if lay.ep > 1:
         if not arch.is_moe:
             raise InputError(src, "train.layout.ep", "expert parallelism needs an MoE model (MixtralForCausalLM)")

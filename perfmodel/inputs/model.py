@@ -243,6 +243,7 @@ SUPPORTED_FAMILIES = (
     "MixtralForCausalLM",
     "DeepseekV3ForCausalLM",
     "DeepseekV4ForCausalLM",
+    "Dsv4MiniForCausalLM",
     "GptOssForCausalLM",
     "GPT2LMHeadModel",
 )
@@ -293,6 +294,8 @@ def model_from_hf_config(config: dict[str, Any], model_id: str = "", source: str
         return _deepseek_v4(c, model_id)
     if family == "DeepseekV3ForCausalLM":
         return _deepseek_v3(c, model_id)
+    if family == "Dsv4MiniForCausalLM":
+        return _dsv4_mini(c, model_id)
     return _llama_like(c, model_id)
 
 
@@ -367,7 +370,7 @@ def _llama_ffn(c: _Config, i: int, d: int, mlp_bias: bool) -> FFNSpec:
             e = c.integer("num_experts")
             return FFNSpec("moe", d, num_experts=e, top_k=c.integer("num_experts_per_tok"),
                            expert_intermediate_size=c.integer("moe_intermediate_size"), router_params=e * d)
-    elif f in ("MixtralForCausalLM", "GptOssForCausalLM"):
+    elif f in ("MixtralForCausalLM", "GptOssForCausalLM", "Dsv4MiniForCausalLM"):
         e, bias = c.integer("num_local_experts"), f == "GptOssForCausalLM"  # gpt-oss: expert and router biases
         return FFNSpec("moe", d, bias=bias, num_experts=e, top_k=c.integer("num_experts_per_tok"),
                        expert_intermediate_size=c.integer("intermediate_size"), router_params=e * d + e * bias)
@@ -474,6 +477,22 @@ def _deepseek_v4(c: _Config, model_id: str) -> ModelSpec:
         hc_sinkhorn_iters=c.integer("hc_sinkhorn_iters", 0, minimum=0),
         final_params=d + hc_head,
     )
+
+
+def _dsv4_mini(c: _Config, model_id: str) -> ModelSpec:
+    """The local backend's DSV4 miniature (executor/backends/local/dsv4mini): Mixtral-shaped GQA + MoE layers, each
+    with a sliding window, hash routing on the first `num_hash_layers`, and two hyper-connections of `hc_mult`
+    streams (fn [hc*hidden, 2hc + hc^2], base [2hc + hc^2], scale [3] each)."""
+    spec = _llama_like(c, model_id)
+    hc, d = c.integer("hc_mult"), spec.hidden_size
+    hc_layer = 2 * (hc * d * (2 * hc + hc * hc) + (2 * hc + hc * hc) + 3)
+    hashed = c.integer("num_hash_layers", 0, minimum=0)
+    window = c.integer("sliding_window", 0, minimum=0)
+    layers = tuple(dataclasses.replace(
+        lay, hc_params=hc_layer, ffn=dataclasses.replace(lay.ffn, hash_routed=lay.index < hashed),
+        attention=dataclasses.replace(lay.attention, sliding_window=window)) for lay in spec.layers)
+    return dataclasses.replace(spec, layers=layers, hc_mult=hc,
+                               hc_sinkhorn_iters=c.integer("hc_sinkhorn_iters", 0, minimum=0))
 
 
 def _gpt2(c: _Config, model_id: str) -> ModelSpec:

@@ -103,6 +103,22 @@ def test_launch_two_process_layouts(tmp_path: Path, plan: str, layout: str) -> N
 
 
 @needs_stack
+@pytest.mark.timeout(480)
+def test_the_dsv4_miniature_trains_like_the_other_examples(tmp_path: Path) -> None:
+    """issue 16: hash routing, the sliding window and hyper-connections served by SGLang (our model class) and
+    trained by megatron-core (our layer spec) in a GRPO run; the log-prob gap stays as small as Llama's."""
+    from executor.store import Store
+
+    _res, store_path, _run_dir = _launch("local-grpo-dsv4mini.yaml", 4, tmp_path)
+    store = Store(store_path)
+    (run,) = store.runs()
+    assert run["status"] == "finished" and run["steps"] == 4
+    steps = store.steps(run["run_id"])
+    assert all(0 < s["train_rollout_logprob_abs_diff"] < 0.02 for s in steps)
+    assert all(s["train_stats"]["grad_norm"] > 0 for s in steps)
+
+
+@needs_stack
 @pytest.mark.timeout(900)
 def test_ppo_trains_a_critic_and_the_model_calibrated_on_grpo_predicts_its_step(tmp_path: Path) -> None:
     """examples/local-ppo.yaml for 20 steps: the critic (a value head on the actor's model) runs before the actor

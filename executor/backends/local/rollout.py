@@ -33,6 +33,29 @@ def _without_torchrun_env() -> Any:
         os.environ.update(saved)
 
 
+EXTERNAL_MODELS = "executor.backends.local.sglang_models"  # model classes SGLang does not ship (dsv4mini)
+
+
+@contextmanager
+def _external_models(model_path: Path) -> Any:
+    """SGLang's scheduler process imports our model classes when the checkpoint names one of them."""
+    import json
+
+    arch = (json.loads((Path(model_path) / "config.json").read_text()).get("architectures") or [""])[0]
+    if arch != "Dsv4MiniForCausalLM":
+        yield
+        return
+    saved = os.environ.get("SGLANG_EXTERNAL_MODEL_PACKAGE")
+    os.environ["SGLANG_EXTERNAL_MODEL_PACKAGE"] = EXTERNAL_MODELS
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("SGLANG_EXTERNAL_MODEL_PACKAGE", None)
+        else:
+            os.environ["SGLANG_EXTERNAL_MODEL_PACKAGE"] = saved
+
+
 @dataclass
 class Generation:
     response_ids: list[int]
@@ -56,7 +79,7 @@ class RolloutEngine:
             kwargs["mem_fraction_static"] = mem_fraction_static
         if max_running_requests:
             kwargs["max_running_requests"] = max_running_requests
-        with _without_torchrun_env():
+        with _without_torchrun_env(), _external_models(model_path):
             self.engine = sglang_engine_class()(**kwargs)
         self.start_s = time.perf_counter() - t0
 

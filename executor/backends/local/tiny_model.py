@@ -1,8 +1,9 @@
 """The tiny model of the local backend, seen from both sides.
 
-An inline Hugging Face config (LlamaForCausalLM, or MixtralForCausalLM for the MoE plan) becomes
+An inline Hugging Face config (LlamaForCausalLM, MixtralForCausalLM for the MoE plan, or Dsv4MiniForCausalLM:
+DeepSeek-V4's hash routing, sliding window and hyper-connections in miniature, `dsv4mini/`) becomes
 - a megatron-core `TransformerConfig` + `GPTModel` with the local layer spec (RMSNorm, RoPE, SwiGLU, GQA,
-  untied embeddings; SequentialMLP experts with softmax top-k routing for Mixtral), and
+  untied embeddings; SequentialMLP experts with softmax top-k routing for Mixtral; the DSV4-mini layer spec), and
 - the Hugging Face names SGLang loads (`megatron_to_hf`), with a writer for the HF checkpoint folder.
 """
 
@@ -18,7 +19,8 @@ import torch
 
 from executor.backends.local.tokenizer import BOS_ID, EOS_ID, PAD_ID, write_tokenizer
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MixtralForCausalLM")
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MixtralForCausalLM", "Dsv4MiniForCausalLM")
+DSV4MINI = "Dsv4MiniForCausalLM"
 
 
 @dataclass(frozen=True)
@@ -35,10 +37,21 @@ class TinyArch:
     max_position_embeddings: int
     num_experts: int = 0
     experts_per_token: int = 2
+    # Dsv4MiniForCausalLM only (HF keys as DeepSeek-V4's config names them)
+    hc_mult: int = 4
+    sinkhorn_iters: int = 20
+    hc_eps: float = 1e-6
+    sliding_window: int = 0  # 0: full causal attention
+    num_hash_layers: int = 0
+    hash_seed: int = 0
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    @property
+    def is_dsv4mini(self) -> bool:
+        return self.architecture == DSV4MINI
 
     @property
     def is_moe(self) -> bool:
@@ -61,7 +74,22 @@ class TinyArch:
         if cfg["hidden_size"] % heads or heads % kv:
             raise ValueError(
                 "num_attention_heads: hidden_size must divide by the heads and the heads by num_key_value_heads")
-        moe = archs[0] == "MixtralForCausalLM"
+        moe = archs[0] in ("MixtralForCausalLM", DSV4MINI)
+        mini: dict[str, Any] = {}
+        if archs[0] == DSV4MINI:
+            for key in ("hc_mult", "hc_sinkhorn_iters", "num_local_experts"):
+                if not isinstance(cfg.get(key), int) or cfg[key] < 1:
+                    raise ValueError(f"{key}: needs a positive integer (Dsv4MiniForCausalLM)")
+            for key in ("sliding_window", "num_hash_layers", "hash_seed"):
+                if not isinstance(cfg.get(key, 0), int) or cfg.get(key, 0) < 0:
+                    raise ValueError(f"{key}: needs a non-negative integer (Dsv4MiniForCausalLM)")
+            if cfg.get("sliding_window", 0) == 1:
+                raise ValueError("sliding_window: 0 (none) or at least 2 (the query and the tokens before it)")
+            if cfg.get("num_hash_layers", 0) > cfg["num_hidden_layers"]:
+                raise ValueError("num_hash_layers: at most num_hidden_layers")
+            mini = dict(hc_mult=cfg["hc_mult"], sinkhorn_iters=cfg["hc_sinkhorn_iters"],
+                        hc_eps=float(cfg.get("hc_eps", 1e-6)), sliding_window=int(cfg.get("sliding_window", 0)),
+                        num_hash_layers=int(cfg.get("num_hash_layers", 0)), hash_seed=int(cfg.get("hash_seed", 0)))
         return cls(
             architecture=archs[0],
             vocab_size=cfg["vocab_size"],
@@ -75,6 +103,7 @@ class TinyArch:
             max_position_embeddings=int(cfg.get("max_position_embeddings", 128)),
             num_experts=int(cfg.get("num_local_experts", 0)) if moe else 0,
             experts_per_token=int(cfg.get("num_experts_per_tok", 2)) if moe else 2,
+            **mini,
         )
 
     def hf_config(self) -> dict[str, Any]:
@@ -103,6 +132,10 @@ class TinyArch:
         if self.is_moe:
             cfg.update(num_local_experts=self.num_experts, num_experts_per_tok=self.experts_per_token,
                        router_aux_loss_coef=0.0, output_router_logits=False, sliding_window=None)
+        if self.is_dsv4mini:  # transformers reads it as a Llama config; SGLang picks the class by architecture
+            cfg.update(hc_mult=self.hc_mult, hc_sinkhorn_iters=self.sinkhorn_iters, hc_eps=self.hc_eps,
+                       sliding_window=self.sliding_window or None, num_hash_layers=self.num_hash_layers,
+                       hash_seed=self.hash_seed, scoring_func="sqrtsoftplus")
         return cfg
 
 
@@ -116,6 +149,10 @@ def transformer_config(arch: TinyArch, pp: int, ep: int, dtype: torch.dtype = to
                    moe_ffn_hidden_size=arch.ffn_hidden_size, moe_router_load_balancing_type="none",
                    moe_token_dispatcher_type="alltoall", moe_router_score_function="softmax",
                    moe_router_pre_softmax=False, moe_grouped_gemm=False)
+    if arch.sliding_window:  # megatron's (left, right) window: the query and the window - 1 before it
+        from executor.backends.local.dsv4mini.math import left_context
+
+        moe["window_size"] = (left_context(arch.sliding_window), 0)
     return TransformerConfig(
         num_layers=arch.num_layers, hidden_size=arch.hidden_size, num_attention_heads=arch.num_heads,
         num_query_groups=arch.num_kv_heads, ffn_hidden_size=arch.ffn_hidden_size, kv_channels=arch.head_dim,
@@ -133,13 +170,23 @@ def build_gpt_model(arch: TinyArch, config: Any, pre_process: bool, post_process
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    spec = get_gpt_layer_local_spec(
-        num_experts=arch.num_experts or None, moe_grouped_gemm=False, normalization="RMSNorm")
-    return GPTModel(
+    if arch.is_dsv4mini:
+        from executor.backends.local.dsv4mini.megatron_layer import dsv4mini_layer_spec
+
+        spec = dsv4mini_layer_spec(arch)
+    else:
+        spec = get_gpt_layer_local_spec(
+            num_experts=arch.num_experts or None, moe_grouped_gemm=False, normalization="RMSNorm")
+    model = GPTModel(
         config=config, transformer_layer_spec=spec, vocab_size=arch.vocab_size,
         max_sequence_length=arch.max_position_embeddings, pre_process=pre_process, post_process=post_process,
         share_embeddings_and_output_weights=False, position_embedding_type="rope", rotary_base=int(arch.rope_theta),
     )
+    if arch.is_dsv4mini:
+        from executor.backends.local.dsv4mini.megatron_layer import track_token_ids
+
+        track_token_ids(model)
+    return model
 
 
 def megatron_to_hf(
@@ -190,6 +237,8 @@ def _layer_to_hf(
         yield f"{prefix}.mlp.down_proj.weight", w
     elif rest == "mlp.router.weight":
         yield f"{prefix}.block_sparse_moe.gate.weight", w
+    elif rest.startswith(("hc_attn.", "hc_ffn.")):  # DSV4-mini's hyper-connections: the same names both sides
+        yield f"{prefix}.{rest}", w
     elif rest.startswith("mlp.experts.local_experts."):
         bits = rest.split(".")
         expert = expert_offset + int(bits[3])

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from executor.backends.local.fp8 import dequantize_blockwise, quantize_blockwise
+from executor.backends.local.fp8 import BLOCK, dequantize_blockwise, quantize_blockwise
 from executor.backends.local.rollout import RolloutEngine
 from executor.backends.local.tiny_model import TinyArch, is_quantizable, write_hf_checkpoint
 
@@ -38,17 +38,18 @@ class WeightUpdateResult:
 
 
 def prepare_for_engine(
-    tensors: dict[str, torch.Tensor], precision: str
+    tensors: dict[str, torch.Tensor], precision: str, block: int = BLOCK
 ) -> tuple[list[tuple[str, torch.Tensor]], int, int]:
-    """(named tensors to send, FP8-format payload bytes, number of quantized tensors)."""
+    """(named tensors to send, FP8-format payload bytes, number of quantized tensors); FP8 in `block` x `block`
+    scale blocks."""
     out: list[tuple[str, torch.Tensor]] = []
     payload = 0
     quantized = 0
     for name, w in tensors.items():
         if precision == "fp8" and is_quantizable(name):
-            q, scale_inv = quantize_blockwise(w)
+            q, scale_inv = quantize_blockwise(w, block)
             payload += q.numel() * q.element_size() + scale_inv.numel() * scale_inv.element_size()
-            out.append((name, dequantize_blockwise(q, scale_inv, torch.bfloat16)))
+            out.append((name, dequantize_blockwise(q, scale_inv, torch.bfloat16, block)))
             quantized += 1
         else:
             payload += w.numel() * 2
