@@ -122,6 +122,9 @@ def _resume_and_check(store: Path, run: dict, steps: int) -> dict:
     assert [s["step"] for s in superseded] == [s["step"] for s in run["stored"][point:]]  # kept, not lost
     lp = [s["rollout_log_prob_mean"] for s in after["stored"]]
     assert sum(lp[point:]) / len(lp[point:]) > sum(lp[:2]) / 2, lp
+    print(f"\n{run['run_id']}: status {run['status']} with {len(run['stored'])} steps stored; resumed from the "
+          f"checkpoint of step {point}: {len(superseded)} kept as superseded, {steps} steps stored, status "
+          f"{after['status']}; rollout log-prob mean {[round(x, 3) for x in lp]}")
     return after
 
 

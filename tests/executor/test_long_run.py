@@ -1,6 +1,7 @@
-"""A 100-step local GRPO run (studies/long-run/run.py, the study's own code): it finishes, no step stalls, the reward
-ends at least where it began, the log-prob gap is recorded every step, and memory is flat (peak RSS of the trainer
-and of SGLang's processes at the last step within 10% of step 10's)."""
+"""A long local GRPO run (studies/long-run/run.py, the study's own code; 40 steps in CI, the study's 100 measured
+in its README): it finishes, no step stalls, the reward ends at least where it began, the log-prob gap is recorded
+every step, and memory is flat (peak RSS of the trainer and of SGLang's processes at the last step within 10% of
+step 10's)."""
 
 from __future__ import annotations
 
@@ -23,17 +24,18 @@ def _study() -> object:
 
 @needs_stack
 @pytest.mark.timeout(900)
-def test_a_hundred_steps_run_flat_in_memory_without_a_stall(tmp_path: Path) -> None:
+def test_a_long_run_is_flat_in_memory_without_a_stall(tmp_path: Path) -> None:
+    steps = 40
     study = _study()
-    assert study.main(["--steps", "100", "--out", str(tmp_path)]) == 0
+    assert study.main(["--steps", str(steps), "--out", str(tmp_path)]) == 0
     import json
 
     s = json.loads((tmp_path / "summary.json").read_text())
-    assert s["status"] == "finished" and s["steps"] == 100
+    assert s["status"] == "finished" and s["steps"] == steps
     assert s["gap_recorded_every_step"] and 0 < s["gap_last_tenth"] < 0.1
     assert s["steps_over_10x_median"] == 0, s  # no stalled step
     assert s["reward_last_tenth"] >= s["reward_first_tenth"], s  # still rising or flat
     for who in ("trainer", "engine"):
         at10, last = s[f"{who}_rss_gib_step10"], s[f"{who}_rss_gib_last"]
         assert last <= 1.10 * at10, (who, at10, last)
-    assert (tmp_path / "curves.csv").read_text().count("\n") == 101
+    assert (tmp_path / "curves.csv").read_text().count("\n") == steps + 1
