@@ -38,10 +38,9 @@ def resume(run: str, *, steps: int | None = None, store: str | PathLike | None =
     """Continue a stopped run (its id, or a unique prefix) from its newest complete checkpoint, in its own folder
     and store row, up to `steps` in all (default: what it asked for). The plan must be the file it ran, unchanged."""
     from executor.backends.registry import backend_for
-    from executor.records import plan_hash
+    from executor.records import launched_plan
     from executor.store import Store, find_run
     from perfmodel.errors import InputError
-    from perfmodel.inputs.plan import load_plan
 
     store_path = Path(store) if store else default_store_path()
     if not store_path.exists():
@@ -52,9 +51,9 @@ def resume(run: str, *, steps: int | None = None, store: str | PathLike | None =
     finally:
         db.close()
     path = Path(record["plan_path"])
-    if not path.exists() or plan_hash(path) != record["plan_hash"]:
+    loaded = launched_plan(record)
+    if loaded is None:
         raise InputError(str(path), "plan", f"run {record['run_id']} ran this plan with sha256 {record['plan_hash']}; "
                          "it is gone or changed since: restore it, or launch the new plan as a new run")
-    loaded = load_plan(path)
     options = LaunchOptions(plan_path=str(path), store_path=store_path, steps=steps)
     return backend_for(loaded, str(path)).resume(record, options)

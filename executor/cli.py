@@ -25,6 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from executor.records import launched_plan
 from executor.store import find_run
 from perfmodel.errors import InputError
 
@@ -163,17 +164,6 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_of(run: dict) -> Any:
-    """The run's plan as it was launched (None when the file is gone or changed since)."""
-    from executor.records import plan_hash
-    from perfmodel.inputs.plan import load_plan
-
-    path = Path(run["plan_path"])
-    if not path.exists() or plan_hash(path) != run["plan_hash"]:
-        return None
-    return load_plan(path)
-
-
 def _host_prediction(run: dict, steps: list[dict], store_path: Path) -> dict[str, float]:
     """The plan re-priced for the host that ran it (its probe: a cpu-local host differs from the profile's by up to
     30x) and the workload it measured, as `executor export` would write the case; {} without a probe."""
@@ -182,7 +172,7 @@ def _host_prediction(run: dict, steps: list[dict], store_path: Path) -> dict[str
     from perfmodel.inputs.loading import parse
     from perfmodel.predict import simulate_run
 
-    if not run["environment"].get("host_probe") or _plan_of(run) is None:
+    if not run["environment"].get("host_probe") or launched_plan(run) is None:
         return {}
     case = parse(ValidationCase, run_as_case(run, steps, str(store_path)), f"run {run['run_id']}")
     return simulate_run(case, source=case.id).metrics()
@@ -207,7 +197,7 @@ def _show(args: argparse.Namespace) -> int:
     if not steps:
         print("no steps recorded")
         return 0
-    plan = _plan_of(run)
+    plan = launched_plan(run)
     if plan is not None and plan.priced_with is not None:  # what the prediction assumed: compare like with like
         pw = plan.priced_with
         cal = plan.calibration

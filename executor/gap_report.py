@@ -9,16 +9,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from executor.records import plan_hash
+from executor.records import launched_plan
 
 
 def _model_of(run: dict[str, Any]) -> Any:
-    from perfmodel.inputs.plan import load_plan
-
-    path = Path(run["plan_path"])
-    if not path.exists() or plan_hash(path) != run["plan_hash"]:
-        return None
-    return load_plan(path).model.model_dump()
+    plan = launched_plan(run)
+    return None if plan is None else plan.model.model_dump()
 
 
 def _curve(steps: list[dict[str, Any]]) -> list[tuple[int, float]]:

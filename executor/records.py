@@ -78,6 +78,17 @@ def plan_hash(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
+def launched_plan(run: dict[str, Any]) -> Any:
+    """A stored run's plan as it was launched: the loaded plan, or None when its file is gone or changed since
+    (its sha256 is not the run's)."""
+    from perfmodel.inputs.plan import load_plan
+
+    path = Path(run["plan_path"])
+    if not path.exists() or plan_hash(path) != run["plan_hash"]:
+        return None
+    return load_plan(path)
+
+
 def _version(dist: str) -> str | None:
     try:
         return metadata.version(dist)
