@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +26,15 @@ def case_folders() -> list[Path]:
     return [root / "cases"] + sorted(p for p in root.glob("*/cases") if p.parent != root)
 
 
-def validation_predictions() -> dict[str, float | None]:
+def validation_predictions(validate: Callable[[Path], dict] | None = None) -> dict[str, float | None]:
+    """Every figure of every case folder; `validate(folder)` gives a folder's report (the tests pass one that
+    shares it with the other tests reading the same folder)."""
     from perfmodel.validation import run_validation
 
+    validate = validate or (lambda folder: run_validation([str(folder)]))
     out: dict[str, float | None] = {}
     for folder in case_folders():
-        report = run_validation([str(folder)])
+        report = validate(folder)
         for row in report["cases"]:
             out[f"{folder.parent.name}/{row['id']}/{row['metric']}"] = row["predicted"]
         for row in report["failed"]:
@@ -54,8 +58,8 @@ def sweep_top() -> list[dict[str, Any]]:
             for r in outcome.top[:SWEEP_TOP]]
 
 
-def snapshot() -> dict[str, Any]:
-    return {"validation": validation_predictions(), "sweep_top": sweep_top()}
+def snapshot(validate: Callable[[Path], dict] | None = None) -> dict[str, Any]:
+    return {"validation": validation_predictions(validate), "sweep_top": sweep_top()}
 
 
 if __name__ == "__main__":

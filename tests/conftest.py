@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,15 @@ def case_dict() -> dict:
 @pytest.fixture
 def rl_case_dict() -> dict:
     return copy.deepcopy(yaml.safe_load((CASES_DIR / "miles-gb300-dsv4flash-bf16train.yaml").read_text()))
+
+
+@functools.cache
+def validation_report(folder: Path) -> dict:
+    """`run_validation` of one case folder, once per test session: the prediction snapshot and the development-set
+    bands read the same 174 runs (about a minute to simulate here). Callers only read it."""
+    from perfmodel.validation import run_validation
+
+    return run_validation([str(folder)])
 
 
 def write_yaml(path: Path, data: dict) -> Path:

@@ -9,13 +9,14 @@ import json
 import pytest
 
 from scripts.snapshot_predictions import SNAPSHOT, snapshot
+from tests.conftest import validation_report
 
 REL = 1e-9  # float sums may reorder in a refactor; anything larger is a model change
 
 
 @pytest.fixture(scope="module")
 def now() -> dict:
-    return snapshot()
+    return snapshot(validation_report)
 
 
 @pytest.fixture(scope="module")

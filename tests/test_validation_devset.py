@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.validation import run_validation
+from tests.conftest import validation_report
 
 STUDIES = Path(__file__).resolve().parents[1] / "studies" / "validation"
 DEVSET = STUDIES / "mbridge-archive" / "cases"
@@ -18,7 +18,7 @@ AMD = STUDIES / "amd-published" / "cases"
 
 @pytest.fixture(scope="module")
 def report() -> dict:
-    return run_validation([str(DEVSET)])
+    return validation_report(DEVSET)
 
 
 def _tokens_errors(report: dict, select) -> list[float]:
@@ -45,7 +45,7 @@ def test_all_runs_mean_error_stays_within_band(report):
 
 
 def test_amd_published_runs_are_predicted_and_dense_within_10_percent():
-    amd = run_validation([str(AMD)])
+    amd = validation_report(AMD)
     assert amd["failed"] == [] and amd["summary"]["cases"] >= 8
     dense = [abs(c["rel_error"]) for c in amd["cases"] if "llama" in c["id"]]
     assert len(dense) >= 4 and max(dense) < 0.10  # MLPerf v5.1 MI355X/MI350X, Primus MI325X (max 8% when added)
