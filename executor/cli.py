@@ -164,15 +164,16 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _host_prediction(run: dict, steps: list[dict], store_path: Path) -> dict[str, float]:
+def _host_prediction(run: dict, plan: Any, steps: list[dict], store_path: Path) -> dict[str, float]:
     """The plan re-priced for the host that ran it (its probe: a cpu-local host differs from the profile's by up to
-    30x) and the workload it measured, as `executor export` would write the case; {} without a probe."""
+    30x) and the workload it measured, as `executor export` would write the case; {} without a probe or without
+    the plan as launched (`plan` None)."""
     from executor.export import run_as_case
     from perfmodel.inputs.case import ValidationCase
     from perfmodel.inputs.loading import parse
     from perfmodel.predict import simulate_run
 
-    if not run["environment"].get("host_probe") or launched_plan(run) is None:
+    if not run["environment"].get("host_probe") or plan is None:
         return {}
     case = parse(ValidationCase, run_as_case(run, steps, str(store_path)), f"run {run['run_id']}")
     return simulate_run(case, source=case.id).metrics()
@@ -204,7 +205,7 @@ def _show(args: argparse.Namespace) -> int:
         print(f"predicted with stack {pw.stack} on {pw.hardware}, calibration {cal.name}"
               + (" (" + ", ".join(f"{k}={v:.4g}" for k, v in cal.params.items()) + ")" if cal.params else ""))
     band = plan.band if plan is not None else {}
-    host = _host_prediction(run, steps, args.store)
+    host = _host_prediction(run, plan, steps, args.store)
     print(f"\n{len(steps)} steps; per phase: measured median, mean, max vs the plan's prediction"
           " (- : not predicted, or not applicable on this machine)"
           + ("; 'this host': the plan re-priced with the host's measured matmul rate and the run's workload"
@@ -236,7 +237,7 @@ def _show(args: argparse.Namespace) -> int:
               f"{s['train_stats'].get('grad_norm', float('nan')):9.3f} {rss:8.2f}G")
     from executor.gap_report import comparison, summary_line, write_figure
 
-    rows = comparison(store, run, steps)
+    rows = comparison(store, run, steps, plan)
     if rows:
         print("\n" + summary_line(rows))
     if args.figure:

@@ -21,10 +21,11 @@ def _curve(steps: list[dict[str, Any]]) -> list[tuple[int, float]]:
     return [(s["step"], s["train_rollout_logprob_abs_diff"]) for s in steps]
 
 
-def comparison(store: Any, run: dict[str, Any], steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """This run and the same model's runs with the other rollout precision: id, precision, per-step gap, mean."""
+def comparison(store: Any, run: dict[str, Any], steps: list[dict[str, Any]], plan: Any) -> list[dict[str, Any]]:
+    """This run and the same model's runs with the other rollout precision: id, precision, per-step gap, mean.
+    `plan`: the run's plan as launched (`launched_plan(run)`, which the caller has), or None."""
     mine = run["info"].get("rollout_precision")
-    model = _model_of(run)
+    model = None if plan is None else plan.model.model_dump()
     rows = [{"run_id": run["run_id"], "precision": mine, "curve": _curve(steps)}]
     if model is not None:
         for other in store.runs():

@@ -37,8 +37,12 @@ FUZZ_TOTAL_MIN = 10_000
 KINDS = tuple(BUDGET)
 
 
+def _examples(kind: str) -> int:
+    return max(1, round(BUDGET[kind] * SCALE))
+
+
 def _settings(kind: str) -> settings:
-    return settings(max_examples=max(1, round(BUDGET[kind] * SCALE)), deadline=None, database=None,
+    return settings(max_examples=_examples(kind), deadline=None, database=None,
                     suppress_health_check=list(HealthCheck))
 
 EXTREMES = [0, -1, -1e30, 1e30, float("nan"), float("inf"), -float("inf"), 10**6, 10**12, 1, 0.5, -0.0, True,
@@ -314,6 +318,6 @@ def test_zz_at_least_ten_thousand_inputs_across_kinds() -> None:
     tried = {kind: sum(n for (k, _), n in COUNTS.items() if k == kind) for kind in KINDS}
     if not all(tried.values()):
         pytest.skip(f"only part of the fuzz kinds ran: {tried}")
-    assert all(n >= round(BUDGET[k] * SCALE) for k, n in tried.items()), tried  # every example asked for ran
+    assert all(n >= _examples(k) for k, n in tried.items()), tried  # every example asked for ran
     if SCALE >= 1:
         assert sum(tried.values()) >= FUZZ_TOTAL_MIN, tried

@@ -8,7 +8,7 @@ the train/rollout log-prob gap every step.
 Writes `curves.csv` (per step: time, reward, gap, KL, the sampled tokens' mean log-prob, peak RSS of the trainer
 and of SGLang's processes), `summary.json` (wall time, reward trend, RSS at step 10 vs the last step), `curves.html`
 (plotly) and `curves.png` (kaleido, when a browser is found). `tests/executor/test_long_run.py` checks the same
-figures on a 40-step run in CI.
+figures on a 25-step run in CI.
 """
 
 from __future__ import annotations
