@@ -18,7 +18,7 @@ def _fmt(v: float | None, routing: bool) -> str:
 
 
 def print_report(result: AlignResult, meta: dict[str, Any]) -> None:
-    from perfmodel.commands.output import console, new_table
+    from perfmodel.report.console import console, new_table
 
     out = console()
     table = new_table(f"align {meta['plan_id']}: rollout {meta['precision']} vs trainer bf16, each against the FP32 "

@@ -71,7 +71,7 @@ def _plan_label(row: dict[str, Any]) -> str:
 
 
 def _top_table(objective: str, top_rows: list[dict[str, Any]]) -> Any:
-    from perfmodel.commands.output import new_table
+    from perfmodel.report.console import new_table
 
     banded = any(r.get("step_time_s_p10") is not None for r in top_rows)
     p90 = any(r.get("step_time_p90_s") not in (None, "") for r in top_rows)
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     from perfmodel.api import sweep
-    from perfmodel.commands import output
+    from perfmodel.report import console as output
 
     console = output.console()
     spec_path, spec = _sweep_spec(args)

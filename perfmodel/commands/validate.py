@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from perfmodel.commands.output import FORMATS, console, new_table, write_rows
+from perfmodel.report.console import FORMATS, console, new_table, write_rows
 from perfmodel.errors import InputError
 
 CSV_COLUMNS = ["id", "metric", "measured", "predicted", "rel_error", "p10", "p90"]

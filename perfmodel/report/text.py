@@ -11,7 +11,7 @@ def _gb(x: float) -> str:
 
 
 def print_result(result, console: Console | None = None) -> None:
-    from perfmodel.commands.output import console as default_console
+    from perfmodel.report.console import console as default_console
 
     console = console or default_console()
     d = result.to_json()
