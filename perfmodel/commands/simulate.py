@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from perfmodel.errors import InputError
+from perfmodel.schedules import SCHEDULES
 
 if TYPE_CHECKING:  # pydantic models: imported only when a command runs
     from perfmodel.inputs.run import RunSpec
@@ -33,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     for f, typ in TRAIN_FLAGS.items():
         p.add_argument(f"--{f.replace('_', '-')}", dest=f, type=typ)
     p.add_argument("--precision", choices=["bf16", "fp8"])
-    p.add_argument("--schedule", choices=["1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev"])
+    p.add_argument("--schedule", choices=list(SCHEDULES))
     p.add_argument("--recompute", choices=["none", "selective", "full"])
     p.add_argument("--calibration", help="calibration overlay YAML (from perfmodel calibrate)")
     p.add_argument("--band", action="store_true", help="print a P10-P90 band on the predicted times and "

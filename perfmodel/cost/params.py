@@ -112,12 +112,9 @@ def stage_offsets(scn: Scenario) -> list[int]:
 
 
 def stages_on_rank(scn: Scenario, rank: int) -> list[int]:
-    """Virtual stages held by pipeline rank `rank`: j * pp + rank (Megatron interleaving); DualPipe(V) holds two
-    chunks in a V, stages r and 2pp-1-r (DualPipe's second parameter copy is counted in params_on_rank)."""
-    pp = scn.layout.pp
-    if scn.schedule in ("dualpipe", "dualpipev"):  # two chunks per rank in a V: stages r and 2pp-1-r
-        return sorted({rank, 2 * pp - 1 - rank})
-    return [j * pp + rank for j in range(len(scn.stage_layers) // pp)]
+    """Virtual stages held by pipeline rank `rank`, as its schedule places them: j * pp + rank (Megatron
+    interleaving); DualPipe(V) two chunks in a V, stages r and 2pp-1-r."""
+    return scn.schedule_type.stages_on_rank(rank, scn.layout.pp, len(scn.stage_layers))
 
 
 def holds_embedding(scn: Scenario, rank: int) -> bool:
@@ -125,10 +122,8 @@ def holds_embedding(scn: Scenario, rank: int) -> bool:
 
 
 def holds_head(scn: Scenario, rank: int) -> bool:
-    """LM head, final norm and MTP live with the last virtual stage; DualPipeV folds the last chunk back onto
-    rank 0 (V shape, deepseek-ai/DualPipe README)."""
-    if scn.schedule == "dualpipev":
-        return rank == 0
+    """LM head, final norm and MTP live with the last virtual stage (a V-shaped schedule folds it back onto rank 0,
+    deepseek-ai/DualPipe README)."""
     return len(scn.stage_layers) - 1 in stages_on_rank(scn, rank)
 
 
@@ -163,11 +158,8 @@ def params_on_rank(scn: Scenario, rank: int) -> tuple[float, float, float]:
             head += emb  # MTP stage's own embedding
         dense += head + m.final_params
         non_gemm += head + m.final_params
-    if scn.schedule == "dualpipe":
-        # DualPipe proper runs two mirrored pipelines: every rank keeps both directions' copies of its chunks
-        # (deepseek-ai/DualPipe README table: "Parameter 2x"); DualPipeV keeps one.
-        dense, expert, non_gemm = 2 * dense, 2 * expert, 2 * non_gemm
-    return dense, expert, non_gemm
+    copies = scn.schedule_type.parameter_copies  # DualPipe proper: both directions' copies ("Parameter 2x")
+    return copies * dense, copies * expert, copies * non_gemm
 
 
 

@@ -7,12 +7,21 @@ step (batch, schedule, recompute, optimizer sharding); `RLSpec` the rollout side
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from perfmodel.schedules import SCHEDULES, default_schedule
+
+
+def _known_schedule(name: str) -> str:
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown schedule {name!r}; valid: {', '.join(SCHEDULES)}")
+    return name
+
 
 Precision = Literal["bf16", "fp8"]
-Schedule = Literal["1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev"]
+ScheduleName = Annotated[str, AfterValidator(_known_schedule)]  # a registered schedule (perfmodel/schedules/)
 Recompute = Literal["none", "selective", "full"]
 MoEDispatcher = Literal["alltoall", "deepep"]
 
@@ -55,7 +64,8 @@ class TrainSpec(_Strict):
     global_batch: int = Field(..., ge=1, description="sequences per optimizer step")
     micro_batch: int = Field(1, ge=1)
     layout: ParallelLayout = ParallelLayout()
-    schedule: Schedule | None = Field(None, description="default: 1f1b, interleaved when vpp > 1")
+    schedule: ScheduleName | None = Field(None, description="default: the registered default for the layout's vpp "
+                                          "(1F1B, interleaved when vpp > 1)")
     microbatch_group_size_per_vp_stage: int | None = Field(
         None, ge=1, description="interleaved: contiguous micro-batches per virtual stage (Megatron "
         "--microbatch-group-size-per-virtual-pipeline-stage; default pp)")
@@ -71,10 +81,8 @@ class TrainSpec(_Strict):
         "DeepEP-style dispatch (Megatron flex, Primus Turbo DeepEP, MORI), one copy per destination GPU and, across "
         "nodes, per destination node")
 
-    def resolved_schedule(self) -> Schedule:
-        if self.schedule is not None:
-            return self.schedule
-        return "interleaved" if self.layout.vpp > 1 else "1f1b"
+    def resolved_schedule(self) -> str:
+        return self.schedule if self.schedule is not None else default_schedule(self.layout.vpp)
 
 
 class ResponseTokens(_Strict):

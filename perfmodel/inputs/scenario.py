@@ -12,7 +12,7 @@ from perfmodel.inputs.hardware import HardwareProfile, load_hardware
 from perfmodel.inputs.model import ModelSpec, load_model, model_from_hf_config
 from perfmodel.inputs.run import RunSpec
 from perfmodel.inputs.stack import Stack, resolve_stack
-from perfmodel.sim.schedules import schedule_rule
+from perfmodel.schedules import Schedule, schedule_class
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,11 @@ class Scenario:
     @property
     def layout(self):
         return self.run.train.layout
+
+    @property
+    def schedule_type(self) -> type[Schedule]:
+        """The schedule's class: its placement, in-flight activations and rules (perfmodel/schedules/)."""
+        return schedule_class(self.schedule)
 
 
 def balanced_split(num_layers: int, stages: int) -> tuple[int, ...]:
@@ -197,13 +202,16 @@ def _pipeline_split(run: RunSpec, m: ModelSpec, schedule: str, source: str) -> t
     t = run.train
     lay = t.layout
     f = "train.layout"
-    # Pipeline split: DualPipe(V) runs two model chunks per rank (a V: stages r and 2pp-1-r)
-    chunks = 2 if schedule in ("dualpipe", "dualpipev") else lay.vpp
+    sched = schedule_class(schedule)
+    bad = sched.layout_error(lay.pp, lay.vpp, t.microbatch_group_size_per_vp_stage)
+    if bad:
+        raise _fail(source, *bad)
+    chunks = sched.chunks_per_rank(lay.vpp)  # DualPipe(V): two chunks per rank in a V, stages r and 2pp-1-r
     stages = lay.pp * chunks
     if t.pipeline_layers is not None:
         pl = tuple(t.pipeline_layers)
         if len(pl) != stages:
-            what = "2 x pp for DualPipe(V)" if chunks == 2 and lay.vpp == 1 else "pp x vpp"
+            what = "pp x vpp" if chunks == lay.vpp else f"{chunks} x pp for {schedule}"
             raise _fail(source, "train.pipeline_layers", f"needs {stages} entries ({what}), got {len(pl)}")
         if sum(pl) != m.num_layers:
             raise _fail(
@@ -221,16 +229,6 @@ def _pipeline_split(run: RunSpec, m: ModelSpec, schedule: str, source: str) -> t
             raise _fail(source, f"{f}.pp", f"{m.num_layers} layers cannot leave every one of pp x vpp = {stages} "
                         "virtual stages a layer once the embedding and loss are counted") from None
         note = "most balanced (embedding and loss counted as a layer each): " + ",".join(map(str, split))
-
-    if schedule == "interleaved" and lay.vpp == 1:
-        raise _fail(source, "train.schedule", "interleaved needs vpp > 1")
-    if schedule != "interleaved" and lay.vpp > 1:
-        raise _fail(source, "train.schedule", f"{schedule} runs one chunk per rank; vpp must be 1 (or use interleaved)")
-    if schedule in ("dualpipe",) and lay.pp % 2:
-        raise _fail(source, "train.schedule", f"dualpipe needs an even pp, got {lay.pp}; use dualpipev")
-    if t.microbatch_group_size_per_vp_stage is not None and schedule != "interleaved":
-        raise _fail(source, "train.microbatch_group_size_per_vp_stage", "applies to the interleaved schedule only; "
-                    "remove it or set vpp > 1")
 
     return split, note
 
@@ -255,11 +253,10 @@ def _microbatches(run: RunSpec, dp: int, schedule: str, source: str) -> int:
     # Fixed micro-batching fixes the count per optimizer step: the schedule's framework must run it (packed
     # micro-batches are padded to a runnable count by the simulator, as Miles does).
     if t.max_tokens_per_gpu is None:
-        why = schedule_rule(schedule, lay.pp, m_count, t.microbatch_group_size_per_vp_stage)
+        sched = schedule_class(schedule)
+        why = sched.rule(lay.pp, m_count, t.microbatch_group_size_per_vp_stage)
         if why:
-            fix = "change global_batch or micro_batch"
-            if schedule == "interleaved" and m_count >= lay.pp:
-                fix += f", or set train.microbatch_group_size_per_vp_stage: {m_count}"
+            fix = "change global_batch or micro_batch" + sched.rule_fix(lay.pp, m_count)
             raise _fail(source, "train.global_batch", f"{why} (global_batch {t.global_batch} / (micro_batch "
                         f"{t.micro_batch} x dp {dp}) = {m_count}); {fix}")
 

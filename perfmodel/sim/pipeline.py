@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from perfmodel.sim.schedules import Op, Schedule
+from perfmodel.schedules import Op, Schedule
 from perfmodel.trace import Span
 
 

@@ -23,6 +23,7 @@ from perfmodel.cost.train.stage import hardware_key, model_key
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.memo import Memo
 from perfmodel.results import BREAKDOWN, EP_COMM, training_parts
+from perfmodel.schedules import runnable_microbatches
 from perfmodel.sim.invariants import check_rl_step
 from perfmodel.sim.pipeline import pipeline_spans
 from perfmodel.sim.rl_subphases import (
@@ -34,7 +35,6 @@ from perfmodel.sim.rl_subphases import (
     weight_copy_s,
 )
 from perfmodel.sim.rollout import RolloutResult, simulate_rollout
-from perfmodel.sim.schedules import runnable_microbatches
 from perfmodel.sim.train import TrainStepResult, simulate_train_step
 from perfmodel.trace import Span
 

@@ -21,9 +21,9 @@ from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.inputs.model import ModelSpec
 from perfmodel.memo import Memo
 from perfmodel.results import BREAKDOWN_COLUMNS, breakdown_column, training_parts
+from perfmodel.schedules import ScheduleError, default_schedule
 from perfmodel.sim.invariants import PhysicsError
 from perfmodel.sim.pipeline import PipelineStall
-from perfmodel.sim.schedules import ScheduleError
 from perfmodel.sweep.cache import ResultCache, result_key
 from perfmodel.sweep.space import Candidate
 from perfmodel.sweep.spec import SweepSpec
@@ -51,7 +51,7 @@ def describe_candidate(c: Candidate) -> dict[str, Any]:
         "placement": rl.get("placement", ""), "actor_gpus": rl.get("actor_gpus", run["gpus"]),
         "rollout_gpus": rl.get("rollout_gpus", 0), "async": int(bool(rl.get("async"))),
         **{k: lay.get(k, 1) for k in ("tp", "pp", "cp", "ep", "etp", "vpp")},
-        "schedule": t.get("schedule", "1f1b"), "recompute": t.get("recompute", "none"),
+        "schedule": t.get("schedule") or default_schedule(lay.get("vpp", 1)), "recompute": t.get("recompute", "none"),
         "offload": t.get("optimizer_offload_fraction", 0.0), "moe_dispatcher": t.get("moe_dispatcher", "alltoall"),
         "engine_gpus": ro.get("engine_gpus", ""),
         "engine_tp": ro.get("tp", ""), "engine_ep": ro.get("ep", ""), "engine_dp": ro.get("dp", ""),

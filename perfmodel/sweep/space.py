@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from perfmodel.schedules import default_schedule, schedule_class
 from perfmodel.sweep.spec import SweepSpec
 
 
@@ -35,7 +36,7 @@ class Candidate:
             parts.append("offload")
         if t.get("moe_dispatcher", "alltoall") != "alltoall":
             parts.append(t["moe_dispatcher"])
-        if t.get("schedule") and t["schedule"] not in ("1f1b", "interleaved"):
+        if t.get("schedule") and t["schedule"] != default_schedule(lay.get("vpp", 1)):
             parts.append(t["schedule"])
         if rl:
             ro = rl["rollout"]
@@ -67,11 +68,11 @@ def _train_layouts(spec: SweepSpec, gpus: int, num_experts: int, num_layers: int
             if pp * vpp > num_layers or (vpp > 1 and pp == 1):
                 continue
             for schedule in s.schedule:
-                if vpp > 1 and schedule != "1f1b":
-                    continue  # interleaved is the only multi-chunk schedule enumerated
-                if schedule in ("dualpipe", "dualpipev") and pp == 1:
+                if vpp > 1 and schedule != default_schedule(1):
+                    continue  # the default multi-chunk schedule (interleaved) is the only one enumerated
+                if pp < schedule_class(schedule).min_pp:
                     continue
-                sched = "interleaved" if vpp > 1 else schedule
+                sched = default_schedule(vpp) if vpp > 1 else schedule
                 yield {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "vpp": vpp, "dp": dp, "schedule": sched}
 
 

@@ -9,8 +9,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from perfmodel.errors import InputError
+from perfmodel.inputs.job import ScheduleName
 from perfmodel.inputs.loading import parse, read_mapping
 from perfmodel.inputs.run import ModelRef
+from perfmodel.schedules import default_schedule
 
 Objective = Literal["step_time", "p90_step_time", "tokens_per_gpu", "cost"]
 
@@ -31,7 +33,8 @@ class SweepSpace(BaseModel):
     # MoE token dispatch of the trainer (tried only where EP > 1): Miles' DSV4 recipes use Megatron's alltoall;
     # add "deepep" to compare a DeepEP-style dispatcher (Primus Turbo DeepEP, MORI, Megatron flex)
     moe_dispatcher: tuple[Literal["alltoall", "deepep"], ...] = ("alltoall",)
-    schedule: tuple[Literal["1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev"], ...] = ("1f1b",)
+    # schedules tried at vpp 1 (the default one also at every vpp > 1, as the default multi-chunk schedule)
+    schedule: tuple[ScheduleName, ...] = (default_schedule(1),)
     optimizer_offload_fraction: tuple[float, ...] = (0.0, 1.0)
     placement: tuple[Literal["colocated", "disaggregated"], ...] = ("colocated", "disaggregated")
     async_: tuple[bool, ...] = Field((False, True), alias="async")

@@ -259,39 +259,10 @@ def tokens_per_microbatch(scn: Scenario) -> float:
 
 
 def inflight_per_stage(scn: Scenario, rank: int) -> dict[int, float]:
-    """Micro-batches whose activations each virtual stage of `rank` holds at the rank's peak.
-
-    * 1F1B (PipeDream-Flush): rank r runs pp - r warm-up forwards, so it holds min(m, pp - r) micro-batches
-      (Narayanan et al. 2021, arXiv 2104.04473 Sec. 2.2.1: "stashes <= p micro-batches"); ZB-H1 keeps the 1F1B
-      peak (Qi et al. 2023, arXiv 2401.10241; docs/reference/hardware.md section 4: "activation x PP, same as 1F1B").
-    * Interleaved (v chunks): Megatron-core's schedule runs (pp - r - 1) x 2 + (v - 1) x g warm-up forwards
-      (megatron/core/pipeline_parallel/schedules.py; g = microbatch_group_size_per_vp_stage, default pp), and one
-      more forward precedes the first backward, so rank r holds min(m v, 2(pp - r - 1) + (v - 1) g + 1)
-      chunk-micro-batches, forward k on chunk (k // g) % v. On rank 0 that is pp v + pp - 1 chunks of L/(pp v)
-      layers, i.e. L layers x (1 + (pp - 1)/(pp v)): Megatron's `interleaved_schedule_memory_penalty`
-      (theoretical_memory_usage.py),
-      after Narayanan et al. 2021 Sec. 2.2.2.
-    * DualPipe: pp + 1 micro-batches of a stage per device (deepseek-ai/DualPipe README table; DeepSeek-V3 report
-      Sec. 3.2.1: "increasing the peak activation memory by only 1/PP times"), spread over its two stages.
-    * DualPipeV: pp + 1 micro-batches of a half-stage chunk over 2 pp chunks on pp devices (README "PP/2 devices"
-      for PP chunks), i.e. pp + 1/2 micro-batches of the rank's layers.
-    """
-    pp, m = scn.layout.pp, scn.num_microbatches
-    stages = stages_on_rank(scn, rank)
-    if scn.schedule == "interleaved":
-        v = len(stages)
-        group = scn.train.microbatch_group_size_per_vp_stage or pp
-        n = min(m * v, 2 * (pp - rank - 1) + (v - 1) * group + 1)
-        counts = {s: 0.0 for s in stages}
-        for k in range(n):
-            counts[stages[(k // group) % v]] += 1
-        return counts
-    if scn.schedule == "dualpipe":
-        per = min(float(m), (pp + 1) / 2)
-        return {s: per * (2 if len(stages) == 1 else 1) for s in stages}
-    if scn.schedule == "dualpipev":
-        return {stages[0]: min(float(m), pp + 0.5)}
-    return {stages[0]: float(min(m, pp - rank))}
+    """Micro-batches whose activations each virtual stage of `rank` holds at the rank's peak, as its schedule
+    counts them (`Schedule.inflight_per_stage`, each schedule's module citing its source)."""
+    return scn.schedule_type.inflight_per_stage(rank, scn.layout.pp, scn.num_microbatches, stages_on_rank(scn, rank),
+                                                scn.train.microbatch_group_size_per_vp_stage)
 
 
 def activations_on_rank(scn: Scenario, rank: int, expert_load_imbalance: float = 1.0) -> tuple[float, float, float]:

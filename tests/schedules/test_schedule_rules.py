@@ -6,14 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from perfmodel.schedules import ScheduleError, make_schedule, runnable_microbatches, schedule_rule
+from perfmodel.schedules.interleaved import Interleaved
 from perfmodel.sim.pipeline import OpTimes, PipelineStall, run_pipeline
-from perfmodel.sim.schedules import (
-    Interleaved,
-    ScheduleError,
-    make_schedule,
-    runnable_microbatches,
-    schedule_rule,
-)
 
 F, B, W = 1.0, 1.5, 0.5
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from perfmodel.schedules import SCHEDULES, ForwardOnly, make_schedule
 from perfmodel.sim.pipeline import OpTimes, run_pipeline
-from perfmodel.sim.schedules import SCHEDULES, ForwardOnly, make_schedule
 
 F, B = 1.0, 2.0
 
