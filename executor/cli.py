@@ -181,7 +181,7 @@ def _host_prediction(run: dict, plan: Any, steps: list[dict], store_path: Path) 
 
 def _show(args: argparse.Namespace) -> int:
     from executor.records import PHASES
-    from perfmodel.results import PHASE_METRICS
+    from perfmodel.names import PHASE_METRICS
 
     store = _open_store(args.store)
     run = find_run(store, args.run)

@@ -16,7 +16,7 @@ from perfmodel.errors import InputError
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.loading import parse
 from perfmodel.inputs.plan import load_plan
-from perfmodel.results import PHASE_METRICS
+from perfmodel.names import PHASE_METRICS
 
 
 def run_as_case(run: dict[str, Any], steps: list[dict[str, Any]], store_path: str, skip_steps: int = 1

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from executor.records import RunRecord, StepRecord
 from executor.store import Store
 from perfmodel.errors import InputError
-from perfmodel.results import PHASE_METRICS
+from perfmodel.names import PHASE_METRICS
 
 
 class StepSink(Protocol):

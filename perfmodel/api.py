@@ -2,9 +2,10 @@
 and printing over these; a notebook or a script calls them directly.
 
     import perfmodel
+    from perfmodel.api import sweep                                  # perfmodel.sweep is the package
     result = perfmodel.simulate("examples/local-grpo.yaml")          # a case, plan or run file, a dict or a RunSpec
     result.metrics()["step_time_s"]
-    ranking = perfmodel.sweep(out="sweeps/try1")                     # the embedded default sweep
+    ranking = sweep(out="sweeps/try1")                               # the embedded default sweep
     ranking.top[0]["plan_path"]                                      # what `executor launch --plan` takes
     report = perfmodel.validate()                                    # the bundled public cases
     cal = perfmodel.calibrate(["runs/case1.yaml", "runs/case2.yaml"], out="cal.yaml")

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from perfmodel import __version__
+from perfmodel.version import __version__
 from perfmodel.commands import COMMANDS
 from perfmodel.errors import InputError
 

@@ -27,7 +27,7 @@ from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.scenario import build_scenario
 from perfmodel.memo import Memo
 from perfmodel.predict import simulate_scenario
-from perfmodel.sim.invariants import PhysicsError
+from perfmodel.invariants import PhysicsError
 
 SCALE_GRID = tuple(float(x) for x in np.exp(np.linspace(math.log(0.25), math.log(4.0), 9)))
 

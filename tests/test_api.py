@@ -42,7 +42,7 @@ def test_sweep_returns_the_ranking_with_the_plans_it_wrote(tmp_path, monkeypatch
     from tests.test_sweep import small_spec
 
     monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path / "cache"))
-    ranking = perfmodel.sweep(small_spec(), out=tmp_path / "s", top=3, workers=1, report=False)
+    ranking = perfmodel.api.sweep(small_spec(), out=tmp_path / "s", top=3, workers=1, report=False)
     assert isinstance(ranking, perfmodel.Ranking) and 1 <= len(ranking.top) <= 3
     steps = [r["step_time_s"] for r in ranking.top]
     assert steps == sorted(steps)

@@ -191,7 +191,7 @@ def test_an_impossible_result_is_counted_invalid_never_ranked(monkeypatch):
     """A candidate whose simulation breaks a physical invariant is a model bug: status 'invalid' with the reason,
     counted in the outcome, never ranked."""
     import perfmodel.predict as predict
-    from perfmodel.sim.invariants import PhysicsError
+    from perfmodel.invariants import PhysicsError
 
     spec = load_sweep_spec(default_sweep_path()).model_copy(update={"nodes": (4,)})
     hw, model = load_hardware(spec.hardware), load_model(spec.model.id)

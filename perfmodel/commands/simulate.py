@@ -105,7 +105,7 @@ def load_run_for_simulation(args: argparse.Namespace) -> tuple[RunSpec, str]:
 def _write_plan(args: argparse.Namespace, run_spec: RunSpec, result: Any, cal: Any) -> None:
     import time
 
-    from perfmodel import __version__
+    from perfmodel.version import __version__
     from perfmodel.cost.memory.rollout import rollout_memory
     from perfmodel.cost.memory.training import training_memory
     from perfmodel.inputs.plan import Plan, prediction_blocks, write_prediction

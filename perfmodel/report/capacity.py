@@ -206,7 +206,7 @@ def _render(data: Any, top: int) -> tuple[dict[str, Any], str]:
     """Build the figures and the HTML page. Returns ({png name: figure}, page)."""
     from plotly.offline import get_plotlyjs
 
-    from perfmodel import __version__
+    from perfmodel.version import __version__
     from perfmodel.report import figures as F
 
     top_rows = data.top(top)

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from perfmodel.report.sweep_data import TraceData
-from perfmodel.results import BREAKDOWN, breakdown_column
+from perfmodel.names import BREAKDOWN, breakdown_column
 
 GB = 1e9
 

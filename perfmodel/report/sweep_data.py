@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import InputError
-from perfmodel.results import BREAKDOWN_COLUMNS
+from perfmodel.names import BREAKDOWN_COLUMNS
 
 # The candidates.csv contract written by `perfmodel sweep`. Every column is required; an extra column is an error
 # (it means the writer and the report disagree and a figure might silently miss data). Update this list when the

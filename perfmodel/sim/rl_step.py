@@ -22,9 +22,9 @@ from perfmodel.cost.serve.weight_update import WeightUpdateResult, weight_update
 from perfmodel.cost.train.stage import hardware_key, model_key
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.memo import Memo
-from perfmodel.results import BREAKDOWN, EP_COMM, training_parts
+from perfmodel.names import BREAKDOWN, EP_COMM, training_parts
 from perfmodel.schedules import runnable_microbatches
-from perfmodel.sim.invariants import check_rl_step
+from perfmodel.invariants import check_rl_step
 from perfmodel.sim.pipeline import pipeline_spans
 from perfmodel.sim.rl_subphases import (
     SubPhase,

@@ -65,7 +65,7 @@ import simpy
 from perfmodel.cost.serve.engine import EngineCost, RolloutParams, rl_section, rollout_params_for
 from perfmodel.errors import InputError
 from perfmodel.inputs.scenario import Scenario
-from perfmodel.sim.invariants import PhysicsError, check_parts_non_negative
+from perfmodel.invariants import PhysicsError, check_parts_non_negative
 from perfmodel.sim.response_law import ResponseLaw, response_law, response_lengths
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -21,9 +21,9 @@ from perfmodel.cost.train.stage import (
 )
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.memo import Memo
-from perfmodel.results import EP_COMM
+from perfmodel.names import EP_COMM
 from perfmodel.schedules import ForwardOnly, Schedule, make_schedule
-from perfmodel.sim.invariants import check_train_step
+from perfmodel.invariants import check_train_step
 from perfmodel.sim.pipeline import OpTimes, PipelineResult, TraceEvent, run_pipeline
 
 

@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from perfmodel import __version__
+from perfmodel.version import __version__
 
 CACHE_SCHEMA = 2
 PACKAGE_DIR = Path(__file__).resolve().parents[1]

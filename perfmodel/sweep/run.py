@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel import __version__
+from perfmodel.version import __version__
 from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.inputs.model import ModelSpec
 from perfmodel.memo import Memo
-from perfmodel.results import BREAKDOWN_COLUMNS, breakdown_column, training_parts
+from perfmodel.names import BREAKDOWN_COLUMNS, breakdown_column, training_parts
 from perfmodel.schedules import ScheduleError, default_schedule
-from perfmodel.sim.invariants import PhysicsError
+from perfmodel.invariants import PhysicsError
 from perfmodel.sim.pipeline import PipelineStall
 from perfmodel.sweep.cache import ResultCache, result_key
 from perfmodel.sweep.space import Candidate

@@ -11,7 +11,7 @@ from perfmodel.cost.dtypes import BF16, FP8_BLOCK_WEIGHT_BYTES, FP32
 from perfmodel.cost.params import attention_params_local, ffn_params_local
 from perfmodel.inputs.model import LayerSpec, ModelSpec
 from perfmodel.inputs.scenario import Scenario
-from perfmodel.sim.invariants import check_parts_non_negative
+from perfmodel.invariants import check_parts_non_negative
 
 GB = 1e9
 

@@ -36,7 +36,7 @@ from perfmodel.cost.params import (
 )
 from perfmodel.inputs.model import AttentionSpec, FFNSpec, LayerSpec
 from perfmodel.inputs.scenario import Scenario
-from perfmodel.sim.invariants import check_parts_non_negative
+from perfmodel.invariants import check_parts_non_negative
 
 GiB = 1024**3
 GB = 1e9
