@@ -19,8 +19,10 @@ from perfmodel.inputs.stack import (
     WEIGHT_UPDATE_KNOBS,
     Stack,
     StackOptions,
+    knob_table_markdown,
     resolve_stack,
 )
+from scripts.knob_table import DOC, doc_table
 
 # The tuples as they were written out by hand before the declarations (copied once).
 WRITTEN_NUMERIC = ("train_compute_scale", "backward_compute_scale", "log_probs_compute_scale", "host_op_time_scale",
@@ -102,3 +104,6 @@ def test_knob_names_are_validated_against_the_declarations(tmp_path, monkeypatch
     finally:
         stack_module.load_stack_profile.cache_clear()
 
+
+def test_the_docs_knob_table_is_written_from_the_declarations() -> None:
+    assert doc_table(DOC.read_text(encoding="utf-8")) == knob_table_markdown(), "run python scripts/knob_table.py"
