@@ -6,63 +6,22 @@ release the knobs that differ (`releases: {"25.11": {knobs: {...}}}`). A run nam
 name: an unknown release falls back to the framework's profile, an unknown framework to `stacks/default.yaml`,
 each with a one-line note; published runs name stacks the project has not met.
 
-Knobs (each priced by the cost model from FLOPs, bytes and op counts, or a named multiplier with prior 1.0). A
-profile lists only what differs from `stacks/default.yaml`, which lists every knob with its source:
-- `attention_kernel`: flash (fused kernel) or materialized (scores and softmax through HBM);
-  `cost/train/attention.py` prices both.
-- `train_compute_scale`: a multiplier on training and log-prob compute, prior 1.0, for what first principles do not
-  yet explain of a stack (the place calibration fits a stack's overhead, not the hardware's efficiencies).
-- `backward_compute_scale`: a multiplier on the backward's compute on top of `train_compute_scale`, prior 1.0 (the
-  backward's GEMMs take transposed operands: a CPU's slow bf16 path runs them slower than the forward's).
-- `log_probs_compute_scale`: a multiplier on the RL log-prob (and reference) passes' compute on top of
-  `train_compute_scale`, prior 1.0 (Miles' DSV4 log-prob pass runs 13x its kernels' time on GB300, its training 2x).
-- `host_op_time_scale`, `host_device_overlap`, `cuda_graphs`: the host's time to issue a layer's ops (op counts and
-  per-op times measured for eager megatron-core, `cost/train/moe.py`), how fast this stack's host issues them, and
-  whether that time hides under the device's (a GPU: a floor per layer) or adds to it (a CPU runs both). CUDA/HIP
-  graphs replay a dense layer without issuing its ops.
-- `microbatch_host_s`: host time per micro-batch per pass on every pipeline rank (the schedule's step, the forward
-  step and loss functions, the p2p calls), not divided by pipeline parallelism.
-- `optimizer_host_s`: host time of one optimizer step beyond its HBM-bound Adam (gradient finalization, clipping,
-  the optimizer's Python loop over parameter groups), not hidden by the device.
-- `pack_sequences`: RL training packs samples into micro-batches by tokens (Miles/slime dynamic batching) or pads
-  every sample of a micro-batch to the rollout's longest.
-- `rollout_compute_scale`, `rollout_decode_host_s`, `rollout_request_host_s`, `rollout_token_host_s`,
-  `rollout_prefill_host_s`: the serving engine's forwards (a multiplier), and its host time not hidden by the
-  device: per decode step, once per request (tokenize, schedule, finish), per request per decode step (sampling,
-  detokenizing and streaming a token), and per prefill batch. `rollout_max_engines` caps the engines a stack
-  serves the run with (0: as many as the GPUs allow).
-- `memory_saver`, `weight_update_fixed_s`, `weight_update_tensor_s`: colocated runs park the trainer and wake the
-  engines around the weight update (torch_memory_saver), the fixed calls of an update (pause + flush, post-process,
-  resume), and the engine's weight-loader time per HF tensor sent.
-- `fsdp_reshard_after_forward`: FSDP / ZeRO-3 frees the gathered parameters after each forward (and gathers them
-  again for the backward) or keeps them to the backward; null is torchtitan's default policy (keep them under
-  pipeline parallelism, where they also stay gathered across micro-batches). `cost/train/stage.py` counts the
-  gathers per step and how much of each the prefetch hides.
-- `rl_step_host_s`, `rl_sample_host_s`, `rl_token_bytes`, `rl_host_bytes_per_s`, `rl_advantage_token_s`,
-  `rl_weight_restore`, `rl_weight_backup`, `rl_comm_init_s`: the RL step's sub-phases outside the framework's
-  phase timers, or inside them but outside the passes' compute (a sleeping trainer's process groups re-created)
-  (`perfmodel/sim/rl_subphases.py`, docs/rl-phases.md): the driver's fixed work per step (Ray calls, engine HTTP
-  calls, bookkeeping), per sample host work and the rollout data's bytes per token moved from the rollout side to
-  the trainer at a serialization rate, host time per response token of the advantages, and whether the log-prob
-  passes restore the model's weights from a pinned host copy (Miles `_switch_model`, NeMo-RL
-  `prepare_for_lp_inference`) and training backs them up to it afterwards.
-- `weight_update_gather_bytes`, `weight_update_pipelined`: the bytes per parameter the update gathers out of the
-  trainer's shards (2: Megatron's BF16 parameters; 4: an FSDP/DTensor FP32 state dict) and whether packing the next
-  bucket overlaps the engine's loading of this one (NeMo-RL's refit stream) or buckets go one after another (Miles).
-- `fp8_recipe`: delayed, tensorwise (current scaling), blockwise or mxfp8: the quantization passes (HBM bytes and
-  kernels) each recipe adds per FP8 GEMM input, forward and backward (`cost/train/layers.py::fp8_cast_work`).
-- `elementwise_fusion`: fused (TransformerEngine/Apex kernels, or torch.compile) or eager (each norm, RoPE and
-  gated activation a chain of ATen ops through HBM, `cost/train/eager.py`). A run's `stack_options.torch_compile`
-  sets it: true fused, false eager.
+Knobs are each priced by the cost model from FLOPs, bytes and op counts, or are a named multiplier with prior 1.0.
+Each is declared once, as a `Stack` field made by `knob()`: its default, bounds, the part of the RL step it
+scales, whether a calibration fits it and its doc line. KNOBS, the parts' cache keys (PART_KNOBS), the fitted
+knobs, the names profiles and overlays may set, the typed `StackOptions` and the table in docs/stacks.md
+(`knob_table_markdown`) derive from those declarations. A profile lists only what differs from
+`stacks/default.yaml`, which lists every knob with its source.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from perfmodel.errors import InputError
 from perfmodel.inputs.loading import parse, read_mapping
@@ -79,18 +38,6 @@ def stacks_dir() -> Path:
         if p.is_dir():
             return p
     return here.parent / "stacks"
-
-
-class StackOptions(BaseModel):
-    """Facts a run's source states about its stack; each overrides the profile's knob."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-    attention_kernel: AttentionKernel | None = None
-    torch_compile: bool | None = None  # sets elementwise_fusion (true: fused)
-    elementwise_fusion: ElementwiseFusion | None = None
-    cuda_graphs: bool | None = None
-    fp8_recipe: Fp8Recipe | None = None
-    fsdp_reshard_after_forward: bool | None = None
 
 
 class _Knob(BaseModel):
@@ -114,31 +61,20 @@ class StackProfile(BaseModel):
     releases: dict[str, _Release] = Field(default_factory=dict)
 
 
-# Knobs whose value is a positive number a calibration may fit (the rest are choices: a kernel, a flag).
-NUMERIC_KNOBS = ("train_compute_scale", "backward_compute_scale", "log_probs_compute_scale", "host_op_time_scale",
-                 "microbatch_host_s", "optimizer_host_s", "rollout_compute_scale", "rollout_decode_host_s",
-                 "rollout_request_host_s", "rollout_token_host_s", "rollout_prefill_host_s", "weight_update_fixed_s",
-                 "weight_update_tensor_s")
-ROLLOUT_KNOBS = ("rollout_compute_scale", "rollout_decode_host_s", "rollout_request_host_s", "rollout_token_host_s",
-                 "rollout_prefill_host_s", "rollout_max_engines")
-WEIGHT_UPDATE_KNOBS = ("memory_saver", "weight_update_fixed_s", "weight_update_tensor_s", "weight_update_gather_bytes",
-                       "weight_update_pipelined")
-# The RL step's sub-phases outside the simulated rollout, passes and update (sim/rl_subphases.py): set per
-# framework from its source (docs/rl-phases.md), not fitted (one step's remainder cannot tell them apart).
-RL_STEP_KNOBS = ("rl_step_host_s", "rl_sample_host_s", "rl_token_bytes", "rl_host_bytes_per_s",
-                 "rl_advantage_token_s", "rl_weight_restore", "rl_weight_backup", "rl_comm_init_s")
-KNOBS = ("attention_kernel", "host_device_overlap", "cuda_graphs", "pack_sequences", "memory_saver",
-         "rollout_max_engines", "weight_update_gather_bytes", "weight_update_pipelined",
-         "fsdp_reshard_after_forward", "fp8_recipe", "elementwise_fusion", *NUMERIC_KNOBS, *RL_STEP_KNOBS)
-PART_KNOBS = {
-    "rollout": ROLLOUT_KNOBS,
-    "weight_update": (*WEIGHT_UPDATE_KNOBS, "rollout_max_engines"),  # the update reads the engines' geometry
-    "rl_step": RL_STEP_KNOBS,
-    "train": tuple(k for k in KNOBS if k not in ROLLOUT_KNOBS + WEIGHT_UPDATE_KNOBS + RL_STEP_KNOBS),
-}
-# what a pretraining run's figures inform (`perfmodel calibrate`'s default without RL runs): the training knobs
-# except the log-prob passes'; RL runs inform every NUMERIC_KNOB
-TRAIN_FIT_KNOBS = tuple(k for k in NUMERIC_KNOBS if k in PART_KNOBS["train"] and k != "log_probs_compute_scale")
+Part = Literal["train", "rollout", "weight_update", "rl_step"]
+# the runs whose figures inform a fitted knob: any run (a pretraining run's too), or only RL runs
+FitBy = Literal["any", "rl"]
+
+
+def knob(default: Any, *, part: Part, doc: str, fit: FitBy | None = None, also_reads: tuple[Part, ...] = (),
+         option: bool = False, gt: float | None = None, ge: float | None = None) -> Any:
+    """A `Stack` field that is a knob, declared once: `part` is the part of the RL step it scales (its cache key
+    holds it), `also_reads` the other parts that read it, `fit` which runs a calibration fits it on (None: a choice,
+    or a number set per framework from its source), `option` whether a run's `stack_options` states it typed, and
+    `doc` its line in docs/stacks.md. The metadata rides in json_schema_extra; `KNOB_SPECS` reads it back."""
+    bounds = {k: v for k, v in (("gt", gt), ("ge", ge)) if v is not None}
+    meta = {"part": part, "also_reads": list(also_reads), "fit": fit, "option": option}
+    return Field(default, description=doc, json_schema_extra={"knob": meta}, **bounds)
 
 
 class Stack(BaseModel):
@@ -148,38 +84,129 @@ class Stack(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     id: str  # framework[@release] as resolved (the profile actually used)
     requested: str  # what the run named ("" when it named none)
-    attention_kernel: AttentionKernel = "flash"
-    train_compute_scale: float = Field(1.0, gt=0)
-    backward_compute_scale: float = Field(1.0, gt=0)
-    log_probs_compute_scale: float = Field(1.0, gt=0)
-    host_op_time_scale: float = Field(1.0, ge=0)
-    host_device_overlap: bool = True
-    cuda_graphs: bool = False
-    pack_sequences: bool = True
-    rollout_compute_scale: float = Field(1.0, gt=0)
-    microbatch_host_s: float = Field(0.0, ge=0)
-    optimizer_host_s: float = Field(0.0, ge=0)
-    rollout_decode_host_s: float = Field(0.0, ge=0)
-    rollout_request_host_s: float = Field(0.0, ge=0)
-    rollout_token_host_s: float = Field(0.0, ge=0)
-    rollout_max_engines: int = Field(0, ge=0)
-    rollout_prefill_host_s: float = Field(5.0e-3, ge=0)
-    memory_saver: bool = True
-    weight_update_fixed_s: float = Field(0.8, ge=0)
-    weight_update_tensor_s: float = Field(0.0, ge=0)
-    weight_update_gather_bytes: float = Field(2.0, gt=0)
-    weight_update_pipelined: bool = False
-    rl_step_host_s: float = Field(0.0, ge=0)
-    rl_sample_host_s: float = Field(0.0, ge=0)
-    rl_token_bytes: float = Field(0.0, ge=0)
-    rl_host_bytes_per_s: float = Field(1.0e9, gt=0)
-    rl_advantage_token_s: float = Field(0.0, ge=0)
-    rl_weight_restore: bool = False
-    rl_weight_backup: bool = False
-    rl_comm_init_s: float = Field(0.0, ge=0)
-    fsdp_reshard_after_forward: bool | None = True  # None: torchtitan's policy, True unless pipeline parallel
-    fp8_recipe: Fp8Recipe = "delayed"
-    elementwise_fusion: ElementwiseFusion = "fused"
+    # The knobs: training's, the rollout's, the weight update's, training's FSDP/FP8/fusion choices, the RL step's.
+    # This order yields the derived tuples below in the order they had when written out by hand (cache keys,
+    # calibration's parameter order), which tests/test_knob_declarations.py checks.
+    attention_kernel: AttentionKernel = knob(
+        "flash", part="train", option=True,
+        doc="`cost/train/attention.py`: a fused kernel (flash), or (materialized) the batched QK^T over every s^2 "
+            "pair, a BF16 scale-mask-softmax through HBM and the PV GEMM (selective recompute replays all three; "
+            "without recompute the softmax output stays in memory)")
+    train_compute_scale: float = knob(
+        1.0, part="train", fit="any", gt=0,
+        doc="a named multiplier on training and log-prob compute (communication excluded), for what first "
+            "principles do not explain yet: where calibration fits a stack's overhead, not the hardware's")
+    backward_compute_scale: float = knob(
+        1.0, part="train", fit="any", gt=0,
+        doc="the backward's compute on top of `train_compute_scale`: its GEMMs take transposed operands, which a "
+            "CPU's slow bf16 path runs slower (local-cpu: 1.31 from the measured forward / dgrad / wgrad GEMM rates)")
+    log_probs_compute_scale: float = knob(
+        1.0, part="train", fit="rl", gt=0,
+        doc="the RL log-prob (and reference) passes' compute on top of `train_compute_scale` (Miles' DSV4 log-prob "
+            "pass runs 13x its kernels' time on GB300, its training 2x)")
+    host_op_time_scale: float = knob(
+        1.0, part="train", fit="any", ge=0,
+        doc="`cost/train/stage.py::_on_stack`: the host's time to issue a layer's ops (op counts and per-op times "
+            "measured for eager megatron-core, `cost/train/moe.py`, `benchmarks/results/host-ops.json`) x this")
+    host_device_overlap: bool = knob(
+        True, part="train",
+        doc="true (a GPU): the host runs ahead, its time is a floor on each layer's pass; false (a CPU runs "
+            "both): it adds to compute")
+    cuda_graphs: bool = knob(
+        False, part="train", option=True,
+        doc="a dense layer replayed as a CUDA/HIP graph issues no ops (MoE layers sync with the host for token "
+            "counts: not captured)")
+    microbatch_host_s: float = knob(
+        0.0, part="train", fit="any", ge=0,
+        doc="host time per micro-batch per pass on every pipeline rank (the schedule's step, the forward step and "
+            "loss functions, the p2p calls), not divided by pipeline parallelism")
+    optimizer_host_s: float = knob(
+        0.0, part="train", fit="any", ge=0,
+        doc="host time of one optimizer step beyond its HBM-bound Adam (`optimizer_step_s`): gradient "
+            "finalization, clipping, the optimizer's Python loop over parameter groups; not hidden by the device")
+    pack_sequences: bool = knob(
+        True, part="train",
+        doc="RL training packs samples into micro-batches by tokens (Miles/slime dynamic batching) or pads every "
+            "sample of a micro-batch to the rollout's longest (`sim/rl_step.py`)")
+    memory_saver: bool = knob(
+        True, part="weight_update",
+        doc="colocated runs park the trainer and release / resume the engines around the weight update "
+            "(torch_memory_saver); false: no sleep, wake or onload")
+    rollout_compute_scale: float = knob(
+        1.0, part="rollout", fit="rl", gt=0,
+        doc="a multiplier on every rate the serving engine's forwards run at (`cost/serve/engine.py`)")
+    rollout_decode_host_s: float = knob(
+        0.0, part="rollout", fit="rl", ge=0,
+        doc="the serving engine's host time per decode step not hidden by the device")
+    rollout_request_host_s: float = knob(
+        0.0, part="rollout", fit="rl", ge=0,
+        doc="host time once per request (tokenize, schedule, finish) not hidden by the device")
+    rollout_token_host_s: float = knob(
+        0.0, part="rollout", fit="rl", ge=0,
+        doc="host time per request per decode step (sampling, detokenizing and streaming a token) not hidden by the "
+            "device")
+    rollout_prefill_host_s: float = knob(
+        5.0e-3, part="rollout", fit="rl", ge=0, doc="host time per prefill batch not hidden by the device")
+    rollout_max_engines: int = knob(
+        0, part="rollout", also_reads=("weight_update",), ge=0,  # the update reads the engines' geometry
+        doc="caps the engines serving the run (local-cpu: 1, one SGLang engine on a CPU); 0: as many as the GPUs "
+            "allow (rollout GPUs / engine GPUs)")
+    weight_update_fixed_s: float = knob(
+        0.8, part="weight_update", fit="rl", ge=0,
+        doc="the fixed calls of an update (pause + flush, post-process, resume; `cost/serve/weight_update.py`)")
+    weight_update_tensor_s: float = knob(
+        0.0, part="weight_update", fit="rl", ge=0,
+        doc="the engine's weight-loader time per HF tensor sent (`cost/serve/weight_update.py`)")
+    weight_update_gather_bytes: float = knob(
+        2.0, part="weight_update", gt=0,
+        doc="the bytes per parameter the update gathers out of the trainer's shards (2: Megatron's BF16 "
+            "parameters; 4: an FSDP/DTensor FP32 state dict)")
+    weight_update_pipelined: bool = knob(
+        False, part="weight_update",
+        doc="packing the next bucket overlaps the engine's loading of this one (NeMo-RL's refit stream), or buckets "
+            "go one after another (Miles)")
+    fsdp_reshard_after_forward: bool | None = knob(
+        True, part="train", option=True,
+        doc="FSDP / ZeRO-3 frees the gathered parameters after each forward (and gathers them again for the "
+            "backward) or keeps them to the backward; null: torchtitan's policy (keep them under pipeline "
+            "parallelism, where they also stay gathered across micro-batches). `cost/train/stage.py` counts the "
+            "gathers per step and how much of each the prefetch hides (below)")
+    fp8_recipe: Fp8Recipe = knob(
+        "delayed", part="train", option=True,
+        doc="the quantization passes (HBM bytes and kernels) each recipe adds per FP8 GEMM input, forward and "
+            "backward (`cost/train/layers.py::fp8_cast_work`; below)")
+    elementwise_fusion: ElementwiseFusion = knob(
+        "fused", part="train", option=True,
+        doc="fused (TransformerEngine/Apex kernels, or torch.compile) or eager (each norm, RoPE and gated "
+            "activation a chain of ATen ops through HBM, `cost/train/eager.py`; below); a run's "
+            "`stack_options.torch_compile` sets it: true fused, false eager")
+    # The RL step's sub-phases outside the simulated rollout, passes and update (sim/rl_subphases.py,
+    # docs/rl-phases.md): set per framework from its source, not fitted (one step's remainder cannot tell them apart).
+    rl_step_host_s: float = knob(
+        0.0, part="rl_step", ge=0,
+        doc="the driver's fixed work per RL step outside the framework's phase timers (Ray calls, engine HTTP "
+            "calls, bookkeeping; `sim/rl_subphases.py`)")
+    rl_sample_host_s: float = knob(
+        0.0, part="rl_step", ge=0,
+        doc="host time per sample beyond the priced phases (the samples' conversion to training data, their split "
+            "across data-parallel ranks)")
+    rl_token_bytes: float = knob(
+        0.0, part="rl_step", ge=0,
+        doc="the rollout data's bytes per token moved from the rollout side to the trainer, serialized at "
+            "`rl_host_bytes_per_s`")
+    rl_host_bytes_per_s: float = knob(
+        1.0e9, part="rl_step", gt=0, doc="the serialization rate of `rl_token_bytes` (read only when they are > 0)")
+    rl_advantage_token_s: float = knob(0.0, part="rl_step", ge=0, doc="host time per response token of the advantages")
+    rl_weight_restore: bool = knob(
+        False, part="rl_step",
+        doc="the log-prob passes restore the model's weights from a pinned host copy (Miles `_switch_model`, "
+            "NeMo-RL `prepare_for_lp_inference`)")
+    rl_weight_backup: bool = knob(
+        False, part="rl_step", doc="training backs the weights up to that host copy afterwards")
+    rl_comm_init_s: float = knob(
+        0.0, part="rl_step", ge=0,
+        doc="time per communicator a colocated trainer creates again after its sleep destroyed its process groups: "
+            "inside the phase timers (its first log-prob and training passes), outside the passes' compute")
     ignored_options: tuple[str, ...] = ()  # stack_options the cost model does not price yet
     notes: tuple[str, ...] = ()
     sources: dict[str, str] = Field(default_factory=dict)
@@ -217,6 +244,97 @@ class Stack(BaseModel):
             return Stack.model_validate(data)
         except ValueError as err:
             raise InputError(source, "params", " ".join(str(err).split())[:200]) from None
+
+
+@dataclass(frozen=True)
+class KnobSpec:
+    """One knob as its `Stack` field declares it (read back from the field)."""
+
+    name: str
+    part: Part
+    also_reads: tuple[Part, ...]
+    fit: FitBy | None
+    option: bool
+    doc: str
+    default: Any
+    annotation: Any
+    bound: str  # "> 0", ">= 0", or "" for choices
+
+
+def _knob_specs() -> dict[str, KnobSpec]:
+    specs: dict[str, KnobSpec] = {}
+    for name, field in Stack.model_fields.items():
+        extra = field.json_schema_extra
+        meta = extra.get("knob") if isinstance(extra, dict) else None
+        if not isinstance(meta, dict):
+            continue  # id, requested, notes, sources: not knobs
+        bound = next((f"{op} {getattr(m, attr):g}" for m in field.metadata for attr, op in (("gt", ">"), ("ge", ">="))
+                      if getattr(m, attr, None) is not None), "")
+        specs[name] = KnobSpec(name, meta["part"], tuple(meta["also_reads"]), meta["fit"], meta["option"],
+                               field.description or "", field.default, field.annotation, bound)
+    return specs
+
+
+KNOB_SPECS = _knob_specs()
+# Knobs whose value is a positive number a calibration may fit (the rest are choices, or set from a source).
+NUMERIC_KNOBS = tuple(k for k, s in KNOB_SPECS.items() if s.fit)
+# what a pretraining run's figures inform (`perfmodel calibrate`'s default without RL runs); RL runs inform every
+# NUMERIC_KNOB
+TRAIN_FIT_KNOBS = tuple(k for k, s in KNOB_SPECS.items() if s.fit == "any")
+ROLLOUT_KNOBS, WEIGHT_UPDATE_KNOBS, RL_STEP_KNOBS = (
+    tuple(k for k, s in KNOB_SPECS.items() if s.part == part) for part in ("rollout", "weight_update", "rl_step"))
+# the order `Stack.knobs` (a cache key) has always had: the choices, the fitted knobs, the RL step's
+KNOBS = (*(k for k, s in KNOB_SPECS.items() if not s.fit and s.part != "rl_step"), *NUMERIC_KNOBS, *RL_STEP_KNOBS)
+
+
+def _part_knobs(part: Part, order: tuple[str, ...]) -> tuple[str, ...]:
+    """A part's cache key: its own knobs, then those of other parts it also reads."""
+    return (*(k for k in order if KNOB_SPECS[k].part == part), *(k for k in order if part in KNOB_SPECS[k].also_reads))
+
+
+# training's key in KNOBS order, the others in declaration order: the orders these keys have always had
+PART_KNOBS: dict[str, tuple[str, ...]] = {part: _part_knobs(part, KNOBS if part == "train" else tuple(KNOB_SPECS))
+                                          for part in ("rollout", "weight_update", "rl_step", "train")}
+
+StackOptions = create_model(
+    "StackOptions", __config__=ConfigDict(extra="allow", frozen=True),
+    __doc__="Facts a run's source states about its stack; each overrides the profile's knob. The knobs declared "
+            "`option` are typed here; another knob passes through (`Stack` validates it), anything else is recorded "
+            "as not priced yet.",
+    torch_compile=(bool | None, Field(None, description="sets elementwise_fusion (true: fused)")),
+    **{k: (s.annotation | None, None) for k, s in KNOB_SPECS.items() if s.option})
+
+_UNITS = (("_bytes_per_s", "bytes/s"), ("_s", "seconds"), ("_bytes", "bytes"), ("_scale", "multiplier"))
+_FIT_SHOWN = {"any": "any run", "rl": "RL runs", None: "no"}
+
+
+def _values_shown(spec: KnobSpec) -> str:
+    if get_origin(spec.annotation) is Literal:
+        return ", ".join(f"`{v}`" for v in get_args(spec.annotation))
+    kinds = get_args(spec.annotation) or (spec.annotation,)
+    if bool in kinds:
+        return "bool or null" if type(None) in kinds else "bool"
+    unit = next((u for suffix, u in _UNITS if spec.name.endswith(suffix)), spec.annotation.__name__)
+    return f"{unit}, {spec.bound}" if spec.bound else unit
+
+
+def _default_shown(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return "null" if value is None else str(value).lower()
+    if isinstance(value, float) and "e" in f"{value:g}":  # 1e9, not 1000000000.0
+        return f"{value:g}".replace("e+0", "e").replace("e-0", "e-")
+    return str(value)
+
+
+def knob_table_markdown() -> str:
+    """The knob table of docs/stacks.md, one row per knob in declaration order (scripts/knob_table.py writes it,
+    tests/test_knob_declarations.py checks the doc's is current)."""
+    rows = ["| knob | part | values | default | fitted on | priced by |", "|---|---|---|---|---|---|"]
+    for s in KNOB_SPECS.values():
+        doc = s.doc.replace("|", r"\|")  # a pipe would end the cell
+        rows.append(f"| `{s.name}` | {', '.join((s.part, *s.also_reads))} | {_values_shown(s)} | "
+                    f"`{_default_shown(s.default)}` | {_FIT_SHOWN[s.fit]} | {doc} |")
+    return "\n".join(rows)
 
 
 @lru_cache(maxsize=64)
