@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from perfmodel.version import __version__
+from perfmodel.version import __version__ as __version__
 
 # perfmodel.sweep is the sweep's package (an ordinary one); its API function is perfmodel.api.sweep
 __all__ = ["simulate", "validate", "calibrate", "Ranking", "ValidationReport"]

@@ -33,8 +33,8 @@ from perfmodel.inputs.loading import parse, read_mapping
 from perfmodel.inputs.overlay import RUN_SIGMA_LOG, OverlayFile
 from perfmodel.inputs.scenario import Scenario, build_scenario
 from perfmodel.inputs.stack import NUMERIC_KNOBS, Stack
-from perfmodel.memo import Memo
 from perfmodel.invariants import PhysicsError
+from perfmodel.memo import Memo
 
 PRIOR_SIGMA_LOG = math.log(2.0)  # a first-principles value is right within a factor of 2 (one sigma)
 RESIDUAL_SIGMA_FLOOR_LOG = 0.05  # a handful of runs says little about its own spread

@@ -11,9 +11,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from perfmodel.version import __version__
 from perfmodel.commands import COMMANDS
 from perfmodel.errors import InputError
+from perfmodel.version import __version__
 
 EXIT_BAD_INPUT = 2
 

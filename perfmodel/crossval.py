@@ -25,9 +25,9 @@ from perfmodel.calibration import PRIOR_SIGMA_LOG, RESIDUAL_SIGMA_FLOOR_LOG, RUN
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.scenario import build_scenario
+from perfmodel.invariants import PhysicsError
 from perfmodel.memo import Memo
 from perfmodel.predict import simulate_scenario
-from perfmodel.invariants import PhysicsError
 
 SCALE_GRID = tuple(float(x) for x in np.exp(np.linspace(math.log(0.25), math.log(4.0), 9)))
 

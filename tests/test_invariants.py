@@ -13,8 +13,8 @@ from perfmodel.cost.memory.training import MemoryBreakdown
 from perfmodel.errors import InputError
 from perfmodel.inputs.run import RunSpec
 from perfmodel.inputs.scenario import build_scenario
-from perfmodel.predict import simulate_run
 from perfmodel.invariants import PhysicsError, check_rl_step
+from perfmodel.predict import simulate_run
 from perfmodel.sim.train import TrainStepResult
 
 DATA = Path(__file__).resolve().parents[1] / "data"

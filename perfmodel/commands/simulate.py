@@ -105,13 +105,13 @@ def load_run_for_simulation(args: argparse.Namespace) -> tuple[RunSpec, str]:
 def _write_plan(args: argparse.Namespace, run_spec: RunSpec, result: Any, cal: Any) -> None:
     import time
 
-    from perfmodel.version import __version__
     from perfmodel.cost.memory.rollout import rollout_memory
     from perfmodel.cost.memory.training import training_memory
     from perfmodel.inputs.plan import Plan, prediction_blocks, write_prediction
     from perfmodel.inputs.run import RunSpec
     from perfmodel.inputs.run_file import load_run_file
     from perfmodel.inputs.scenario import build_scenario
+    from perfmodel.version import __version__
 
     plan = load_run_file(args.file) if args.file else None
     if not isinstance(plan, Plan):

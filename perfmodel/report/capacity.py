@@ -206,8 +206,8 @@ def _render(data: Any, top: int) -> tuple[dict[str, Any], str]:
     """Build the figures and the HTML page. Returns ({png name: figure}, page)."""
     from plotly.offline import get_plotlyjs
 
-    from perfmodel.version import __version__
     from perfmodel.report import figures as F
+    from perfmodel.version import __version__
 
     top_rows = data.top(top)
     n_ok = len(data.ok_rows)

@@ -13,8 +13,8 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from perfmodel.report.sweep_data import TraceData
 from perfmodel.names import BREAKDOWN, breakdown_column
+from perfmodel.report.sweep_data import TraceData
 
 GB = 1e9
 

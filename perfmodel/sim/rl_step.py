@@ -21,10 +21,10 @@ from perfmodel.cost.memory.training import training_memory
 from perfmodel.cost.serve.weight_update import WeightUpdateResult, weight_update_time
 from perfmodel.cost.train.stage import hardware_key, model_key
 from perfmodel.inputs.scenario import Scenario
+from perfmodel.invariants import check_rl_step
 from perfmodel.memo import Memo
 from perfmodel.names import BREAKDOWN, EP_COMM, training_parts
 from perfmodel.schedules import runnable_microbatches
-from perfmodel.invariants import check_rl_step
 from perfmodel.sim.pipeline import pipeline_spans
 from perfmodel.sim.rl_subphases import (
     SubPhase,

@@ -20,10 +20,10 @@ from perfmodel.cost.train.stage import (
     param_gather_mode,
 )
 from perfmodel.inputs.scenario import Scenario
+from perfmodel.invariants import check_train_step
 from perfmodel.memo import Memo
 from perfmodel.names import EP_COMM
 from perfmodel.schedules import ForwardOnly, Schedule, make_schedule
-from perfmodel.invariants import check_train_step
 from perfmodel.sim.pipeline import OpTimes, PipelineResult, TraceEvent, run_pipeline
 
 

@@ -15,18 +15,18 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.version import __version__
 from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.inputs.model import ModelSpec
+from perfmodel.invariants import PhysicsError
 from perfmodel.memo import Memo
 from perfmodel.names import BREAKDOWN_COLUMNS, breakdown_column, training_parts
 from perfmodel.schedules import ScheduleError, default_schedule
-from perfmodel.invariants import PhysicsError
 from perfmodel.sim.pipeline import PipelineStall
 from perfmodel.sweep.cache import ResultCache, result_key
 from perfmodel.sweep.space import Candidate
 from perfmodel.sweep.spec import SweepSpec
+from perfmodel.version import __version__
 
 # A candidate's layout and recipe choices (`describe_candidate`), apart from its size (nodes, GPUs)
 PLAN_FIELDS = ("placement", "actor_gpus", "rollout_gpus", "async", "tp", "pp", "cp", "ep", "etp", "vpp", "schedule",
