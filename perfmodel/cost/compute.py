@@ -57,11 +57,22 @@ def quantize_hbm_bytes(m: float, k: float, dtype: str, batch: int = 1) -> float:
     return m * k * (dtype_bytes("bf16") + dtype_bytes(dtype)) * batch
 
 
+def hbm_rate(hw: HardwareProfile, efficiency: float | None = None) -> float:
+    """Bytes/s a kernel streams through HBM: the profile's bandwidth x `hbm_efficiency` (or another of its
+    efficiencies, e.g. the optimizer's). The one HBM rate every caller prices with."""
+    return hw.hbm_bandwidth_bytes_per_s * (hw.hbm_efficiency if efficiency is None else efficiency)
+
+
+def roofline_s(nbytes: float, bytes_per_s: float, flops: float, flops_per_s: float) -> float:
+    """A kernel bound by its bytes or its FLOPs, whichever takes longer."""
+    return max(nbytes / bytes_per_s, flops / flops_per_s)
+
+
 def memory_bound_time_s(hw: HardwareProfile, nbytes: float, kernels: int = 0) -> float:
-    """Time to stream `nbytes` through HBM at hbm_bandwidth x hbm_efficiency, plus a fixed cost per kernel."""
+    """Time to stream `nbytes` through HBM at `hbm_rate`, plus a fixed cost per kernel."""
     if nbytes <= 0 and kernels <= 0:
         return 0.0
-    return nbytes / (hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency) + kernels * KERNEL_OVERHEAD_S
+    return nbytes / hbm_rate(hw) + kernels * KERNEL_OVERHEAD_S
 
 
 def gemm_rate(hw: HardwareProfile, dtype: str, one_gemm_flops: float | None = None,

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfmodel.cost.comm import host_copy_s
+from perfmodel.cost.compute import memory_bound_time_s
 from perfmodel.cost.memory.training import training_memory
 from perfmodel.cost.serve.weight_update import DISK_WRITE_BYTES_PER_S
 from perfmodel.inputs.scenario import Scenario
@@ -82,8 +83,7 @@ def weight_backup_s(scn: Scenario, copy_s: float | None = None) -> float:
 
 
 def advantages_s(scn: Scenario, response_tokens_per_gpu: float, response_tokens: int) -> float:
-    hw = scn.hardware
-    gpu = response_tokens_per_gpu * ADVANTAGE_HBM_BYTES_PER_TOKEN / (hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency)
+    gpu = memory_bound_time_s(scn.hardware, response_tokens_per_gpu * ADVANTAGE_HBM_BYTES_PER_TOKEN)
     return gpu + response_tokens * scn.stack.rl_advantage_token_s
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from perfmodel.cost.compute import (
@@ -77,3 +79,20 @@ def test_attention_kernel_is_slower_than_a_gemm_of_equal_flops(hw):
     g = flops / (hw.peak("bf16") * hw.gemm_curve("bf16").efficiency(flops))
     assert attention_time_s(hw, flops, 0.0) > g
     assert attention_time_s(hw, flops, 0.0, backward=True) > attention_time_s(hw, flops, 0.0)
+
+
+def test_one_hbm_rate_and_no_gpu_arithmetic_in_sim() -> None:
+    """Effective HBM bandwidth is computed once (cost/compute.py::hbm_rate); sim/ prices nothing itself."""
+    from perfmodel.cost.compute import hbm_rate, roofline_s
+    from tests.conftest import REPO
+
+    hw = load_hardware("h100-sxm")
+    assert hbm_rate(hw) == hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency
+    assert roofline_s(10.0, 2.0, 3.0, 1.0) == 5.0 and roofline_s(1.0, 2.0, 3.0, 1.0) == 3.0
+    readers = {str(p.relative_to(REPO)) for p in (REPO / "perfmodel").rglob("*.py")
+               if "hbm_bandwidth_bytes_per_s" in p.read_text(encoding="utf-8")}
+    # the profile's schema, the one rate, and `perfmodel hardware` printing the profile
+    assert readers == {"perfmodel/inputs/hardware.py", "perfmodel/cost/compute.py", "perfmodel/commands/hardware.py"}
+    for p in (REPO / "perfmodel" / "sim").glob("*.py"):
+        uses = re.findall(r"\w\.\w*efficiency\b", p.read_text(encoding="utf-8"))  # hw.hbm_efficiency, ...
+        assert not uses, f"sim/{p.name} prices with a hardware efficiency: {uses}"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from perfmodel.cost.comm import all_reduce_s, placement_from_stride
-from perfmodel.cost.compute import ATTENTION_FWD_REL_EFFICIENCY, KERNEL_OVERHEAD_S, gemm_rate
+from perfmodel.cost.compute import ATTENTION_FWD_REL_EFFICIENCY, KERNEL_OVERHEAD_S, gemm_rate, hbm_rate, roofline_s
 from perfmodel.cost.dispatch import Dispatch, dispatch_s
 from perfmodel.cost.dtypes import FP8_BLOCK, FP8_BLOCK_WEIGHT_BYTES
 from perfmodel.cost.memory.rollout import rollout_memory
@@ -182,7 +182,7 @@ class EngineCost:
         self.compute_scale = scale = scn.stack.rollout_compute_scale
         self.request_host_s = scn.stack.rollout_request_host_s  # once per request (admission, prefill)
         self.token_host_s = scn.stack.rollout_token_host_s  # per request per decode step
-        self.bw = hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency / scale
+        self.bw = hbm_rate(hw) / scale
         gemm_dtype = "fp8" if ro.precision == "fp8" else "bf16"
         # DECODE_GEMM_CURVE off: the profile's large-GEMM rate, no shape factor (the kernel floor prices launches)
         self.peak_gemm = gemm_rate(hw, gemm_dtype, None, shape_factor=False) / scale
@@ -238,7 +238,7 @@ class EngineCost:
         acc: dict[tuple[float, float, str], list[float]] = {}
 
         def add(ratio: float, cap: float, bytes_: float, flops: float, label: str) -> None:
-            t = max(bytes_ / self.bw, flops / self.peak_attn) / g.attn_dp  # balanced over attention ranks
+            t = roofline_s(bytes_, self.bw, flops, self.peak_attn) / g.attn_dp  # balanced over attention ranks
             slot = acc.setdefault((ratio, cap, label), [0.0, 0.0])
             slot[0] += t
             slot[1] += flops / g.attn_dp
@@ -306,10 +306,10 @@ class EngineCost:
 
     def gemm_s(self, tokens: float) -> float:
         """Dense and routed-expert GEMMs of one forward over `tokens` tokens (weights read once)."""
-        t = max(self.dense_bytes / self.bw, tokens * self.dense_flops_per_token / self.peak_gemm)
+        t = roofline_s(self.dense_bytes, self.bw, tokens * self.dense_flops_per_token, self.peak_gemm)
         if self.n_moe:
             hit_bytes = self.experts_hit(tokens) * self.n_moe * self.expert_bytes
-            t += max(hit_bytes / self.bw, tokens * self.expert_flops_per_token / self.peak_gemm)
+            t += roofline_s(hit_bytes, self.bw, tokens * self.expert_flops_per_token, self.peak_gemm)
         return t
 
     def floor_s(self) -> float:
@@ -351,7 +351,7 @@ class EngineCost:
 
     def step_breakdown(self, batch: int, ctx: float) -> dict[str, float]:
         """One decode step of `batch` requests all at context `ctx`, by part (seconds)."""
-        dense = max(self.dense_bytes / self.bw, batch * self.dense_flops_per_token / self.peak_gemm)
+        dense = roofline_s(self.dense_bytes, self.bw, batch * self.dense_flops_per_token, self.peak_gemm)
         experts = self.gemm_s(batch) - dense
         out = {
             "dense_gemm_s": dense,

@@ -64,6 +64,7 @@ import math
 from dataclasses import dataclass, field
 
 from perfmodel.cost.comm import GroupPlacement, all_gather_s, broadcast_s, group_placement, host_copy_s
+from perfmodel.cost.compute import hbm_rate
 from perfmodel.cost.dtypes import FP8_BLOCK_WEIGHT_BYTES
 from perfmodel.cost.memory.rollout import rollout_memory
 from perfmodel.cost.memory.training import training_memory
@@ -214,10 +215,6 @@ def _params(scn: Scenario) -> _Params:
     return _Params(tensors, float(m.total_params()), quant, tuple(dense), tuple(expert))
 
 
-def _hbm(hw: HardwareProfile) -> float:
-    return hw.hbm_bandwidth_bytes_per_s * hw.hbm_efficiency
-
-
 def _broadcast_busbw(hw: HardwareProfile, g: GroupPlacement) -> float:
     """The bandwidth term of `perfmodel.cost.comm.broadcast_s` over `g` (bytes/s, latency removed)."""
     a, b = 1e12, 2e12
@@ -242,8 +239,8 @@ def _link_s(scn: Scenario, wp: WeightUpdateParams, xfer: float, pp_g: GroupPlace
     rl, hw, lay = scn.run.rl, scn.hardware, scn.layout
     colocated = rl.placement == "colocated"
     if rl.weight_update.mode == "ipc":
-        link = 2.0 * xfer / _hbm(hw)  # clone of every flattened bucket into SGLang-owned memory (read + write)
-        return link, (_broadcast_busbw(hw, pp_g) if lay.pp > 1 else _hbm(hw))
+        link = 2.0 * xfer / hbm_rate(hw)  # clone of every flattened bucket into SGLang-owned memory (read + write)
+        return link, (_broadcast_busbw(hw, pp_g) if lay.pp > 1 else hbm_rate(hw))
     if rl.weight_update.mode == "broadcast":
         span = rl.actor_gpus + rl.rollout_gpus if not colocated else rl.rollout_gpus
         g = _span_placement(hw, rl.rollout_gpus + 1, span)  # a stage leader + every rollout GPU
@@ -330,7 +327,7 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) 
 
     if fp8:  # read BF16, write FP8 + one FP32 scale per block; all of it on every GPU when colocated
         quant_params = p.quantizable if every_gpu_gets_all else p.quantizable / lay.pp
-        parts["quantize_s"] = quant_params * (2.0 + wq) / _hbm(hw)
+        parts["quantize_s"] = quant_params * (2.0 + wq) / hbm_rate(hw)
     else:
         parts["quantize_s"] = 0.0
 
@@ -348,7 +345,7 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) 
     parts["link_s"] = link
 
     rollout_weights = rollout_memory(scn).weights_bytes
-    parts["post_process_s"] = wp.post_process_fixed_s + 2.0 * rollout_weights / _hbm(hw)
+    parts["post_process_s"] = wp.post_process_fixed_s + 2.0 * rollout_weights / hbm_rate(hw)
     parts["resume_s"] = wp.resume_s + (wp.engine_wake_s / 2 if colocated else 0.0)
 
     risks = _risks(rl.weight_update.bucket_mb, every_gpu_gets_all)

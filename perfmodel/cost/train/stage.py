@@ -24,7 +24,7 @@ from perfmodel.cost.comm import (
     placement_from_stride,
     send_recv_s,
 )
-from perfmodel.cost.compute import attention_time_s, gemm_time_s, memory_bound_time_s
+from perfmodel.cost.compute import attention_time_s, gemm_time_s, hbm_rate, memory_bound_time_s
 from perfmodel.cost.dispatch import dispatch_s
 from perfmodel.cost.params import stage_params
 from perfmodel.cost.train.eager import as_eager
@@ -455,7 +455,7 @@ def optimizer_step_s(scn: Scenario, stage: int) -> float:
     fixed = scn.stack.optimizer_host_s
     n = optimizer_params_per_gpu(scn, stage)
     f = scn.train.optimizer_offload_fraction
-    gpu = (1 - f) * n * ADAM_BYTES_PER_PARAM / (hw.hbm_bandwidth_bytes_per_s * hw.optimizer_hbm_efficiency)
+    gpu = (1 - f) * n * ADAM_BYTES_PER_PARAM / hbm_rate(hw, hw.optimizer_hbm_efficiency)
     if f <= 0:
         return gpu + fixed
     host_rate = HOST_ADAM_PARAMS_PER_S_PER_NODE / max(1, hw.gpus_per_node)
