@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from perfmodel.report.console import FORMATS, console, new_table, write_rows
 from perfmodel.errors import InputError
+from perfmodel.report.console import FORMATS, console, new_table, write_rows
 
 CSV_COLUMNS = ["id", "metric", "measured", "predicted", "rel_error", "p10", "p90"]
 
