@@ -23,8 +23,8 @@ from typing import Any
 from executor.backends.base import RunOutcome
 from executor.backends.local.host_probe import probe_host
 from executor.backends.local.options import LocalOptions
+from executor.backends.local.plan_check import CheckedPlan
 from executor.measurement_sink import MeasurementSink
-from executor.plan_check import CheckedPlan
 from executor.records import RunRecord, environment, plan_hash
 from executor.watchdog import (
     EXIT_STALLED,
