@@ -165,7 +165,7 @@ def _run(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, ste
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[3]), env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
     # on GPUs, as the seed's launch: a timed-out collective raises (async error handling) and dumps the flight
-    # recorder's last collectives; on CPU the gloo group's timeout does the same (worker.py)
+    # recorder's last collectives; on CPU the gloo group's timeout does the same (rank_setup.py)
     env |= {k: v for k, v in WATCHDOG_NCCL_ENV.items() if k not in env}
     t_launch = time.time()
     print(f"[{0.0:6.1f} s] starting {checked.processes} trainer process(es) under torchrun (imports take about "
