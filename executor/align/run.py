@@ -84,10 +84,10 @@ class AlignSession:
         apply_megatron_shims()
         from executor.backends.local.fp8 import BLOCK
         from executor.backends.local.options import LocalOptions
+        from executor.backends.local.plan_check import check_plan
         from executor.backends.local.rollout import RolloutEngine
         from executor.backends.local.tiny_model import TinyArch, write_hf_checkpoint
         from executor.backends.local.weight_update import prepare_for_engine
-        from executor.plan_check import check_plan
 
         t0 = time.perf_counter()
         checked = check_plan(plan_path)

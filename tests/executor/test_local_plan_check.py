@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from executor.plan_check import Machine, check_plan
+from executor.backends.local.plan_check import Machine, check_plan
 from perfmodel.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,7 +104,7 @@ def test_bad_plans_name_the_field(tmp_path: Path, field: str, mutate: Any, text:
 
 
 def test_missing_sglang_is_an_input_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import executor.plan_check as pc
+    import executor.backends.local.plan_check as pc
 
     monkeypatch.setattr(pc, "_missing", lambda module: module == "sglang")
     with pytest.raises(InputError) as err:

@@ -8,9 +8,9 @@ from typing import Any
 
 from executor.backends.base import LaunchOptions, RunOutcome
 from executor.backends.local.options import LocalOptions
+from executor.backends.local.plan_check import check_plan
 from executor.backends.local.runner import launch as run_local
 from executor.backends.local.runner import resume as resume_local
-from executor.plan_check import check_plan
 from executor.store_path import default_run_dir
 from perfmodel.errors import InputError
 from perfmodel.inputs.plan import Plan

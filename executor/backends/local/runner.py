@@ -23,8 +23,8 @@ from typing import Any
 from executor.backends.base import RunOutcome
 from executor.backends.local.host_probe import probe_host
 from executor.backends.local.options import LocalOptions
+from executor.backends.local.plan_check import CheckedPlan
 from executor.measurement_sink import MeasurementSink
-from executor.plan_check import CheckedPlan
 from executor.records import RunRecord, environment, plan_hash
 from executor.watchdog import (
     EXIT_STALLED,
@@ -165,7 +165,7 @@ def _run(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, ste
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[3]), env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
     # on GPUs, as the seed's launch: a timed-out collective raises (async error handling) and dumps the flight
-    # recorder's last collectives; on CPU the gloo group's timeout does the same (worker.py)
+    # recorder's last collectives; on CPU the gloo group's timeout does the same (rank_setup.py)
     env |= {k: v for k, v in WATCHDOG_NCCL_ENV.items() if k not in env}
     t_launch = time.time()
     print(f"[{0.0:6.1f} s] starting {checked.processes} trainer process(es) under torchrun (imports take about "
