@@ -11,31 +11,15 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from executor.backends.local.gc_pauses import GC_PAUSES
-from executor.backends.local.step_record import record_step
+from executor.backends.local.step_record import StepClock, record_step
 
 if TYPE_CHECKING:
     from executor.backends.local.rank_setup import Driver, RankSetup
     from executor.backends.local.trainer import TrainBatch
     from executor.backends.local.weight_update import WeightUpdateResult
-
-
-@dataclass
-class StepClock:
-    """One step's phases back to back: each lap ends a phase (time.time()) and the next one starts there."""
-
-    start: float
-    spans: list[tuple[str, float, float, str]] = field(default_factory=list)  # (name, start, duration, lane)
-    ends: dict[str, float] = field(default_factory=dict)  # phase name -> its end
-
-    def lap(self, name: str, lane: str) -> None:
-        now = time.time()
-        begin = self.ends[self.spans[-1][0]] if self.spans else self.start
-        self.spans.append((name, begin, now - begin, lane))
-        self.ends[name] = now
 
 
 def run_step(setup: RankSetup, driver: Driver | None, rng: random.Random, step: int) -> None:

@@ -3,15 +3,31 @@ measurement sink) and the trace, and the step's progress line."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from executor.backends.local.rank_setup import Driver, RankSetup
-    from executor.backends.local.rl_step import StepClock
     from executor.backends.local.weight_update import WeightUpdateResult
     from executor.records import MicroBatchTiming, StepRecord
 
 _TIMED_PHASES = ("rollout", "log_probs", "train", "weight_update")  # the rest of a step is host_s.between_phases
+
+
+@dataclass
+class StepClock:
+    """One step's phases back to back: each lap ends a phase (time.time()) and the next one starts there."""
+
+    start: float
+    spans: list[tuple[str, float, float, str]] = field(default_factory=list)  # (name, start, duration, lane)
+    ends: dict[str, float] = field(default_factory=dict)  # phase name -> its end
+
+    def lap(self, name: str, lane: str) -> None:
+        now = time.time()
+        begin = self.ends[self.spans[-1][0]] if self.spans else self.start
+        self.spans.append((name, begin, now - begin, lane))
+        self.ends[name] = now
 
 
 def record_step(setup: RankSetup, driver: Driver, step: int, data: dict[str, Any], clock: StepClock,
