@@ -11,15 +11,13 @@ sweep re-uses them across plans that differ only on the other side.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from perfmodel.cost.comm import host_copy_s
 from perfmodel.cost.memory.training import training_memory
 from perfmodel.cost.serve.weight_update import WeightUpdateResult, weight_update_time
-from perfmodel.cost.train.stage import hardware_key, model_key
+from perfmodel.inputs.keys import Reads, scenario_key
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.invariants import check_rl_step
 from perfmodel.memo import Memo
@@ -190,19 +188,20 @@ def pad_microbatches(mbs: list[tuple[int, int]], count: int) -> list[tuple[int, 
     return out + [shortest] * (count - real)
 
 
-def _key(*parts: Any) -> str:
-    return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+# What each memoized side of a step reads of the scenario (keys derived from these: perfmodel/inputs/keys.py). The
+# sides read disjoint parts where they can, so a sweep re-uses one side across plans that differ on the other.
+TRAIN_SIDE_READS = Reads(run=("gpus", "train_gpus", "train", "rl.algorithm", "rl.log_probs"), stack_parts=("train",),
+                         stack_knobs=("memory_saver",))  # PPO's critic parks and wakes with the memory saver
+ROLLOUT_READS = Reads(run=("rl",), stack_parts=("rollout",))
+WEIGHT_UPDATE_READS = Reads(run=("gpus", "train_gpus", "train", "rl"), stack_parts=("weight_update", "train"))
+WEIGHT_COPY_READS = Reads(run=("gpus", "train_gpus", "train", "rl.algorithm"), stack_parts=("train",),
+                          stack_knobs=("memory_saver",))  # what training_memory reads
 
 
 def simulate_train_side(scn: Scenario, lengths: list[int], record_trace: bool = False,
                         memo: Memo | None = None) -> TrainSide:
-    run = scn.run
-    rl = run.rl
-    t = run.train
     memo = memo if memo is not None else Memo()
-    key = _key("train", hardware_key(scn.hardware, memo), model_key(scn.model, memo), run.gpus,
-               t.model_dump(), scn.stack.knobs_for("train"), rl.algorithm, rl.log_probs.ref_model, rl.actor_gpus,
-               lengths)
+    key = (scenario_key(scn, TRAIN_SIDE_READS, memo), tuple(lengths))
     if record_trace:
         return _train_side(scn, lengths, True, memo)
     return memo.get("rl_train_side", key, lambda: _train_side(scn, lengths, False, memo))
@@ -256,10 +255,8 @@ def critic_swap_s(critic_scn: Scenario) -> float:
 
 
 def simulate_rollout_side(scn: Scenario, seed: int = 0, memo: Memo | None = None) -> RolloutResult:
-    rl = scn.run.rl
     memo = memo if memo is not None else Memo()
-    key = _key("rollout", hardware_key(scn.hardware, memo), model_key(scn.model, memo), rl.model_dump(),
-               scn.stack.knobs_for("rollout"), seed)
+    key = (scenario_key(scn, ROLLOUT_READS, memo), seed)
     return memo.get("rl_rollout", key, lambda: simulate_rollout(scn, seed=seed))
 
 
@@ -275,19 +272,14 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
     prompt = int(round(rl.prompt_tokens_mean))
     lengths = [prompt + int(r) for r in rollout.response_lengths]
     side = simulate_train_side(scn, lengths, record_trace=record_trace, memo=memo)
-    wu_key = _key("wu", hardware_key(scn.hardware, memo), model_key(scn.model, memo), run.gpus,
-                  t.layout.model_dump(), t.pipeline_layers, rl.model_dump(),
-                  scn.stack.knobs_for("weight_update"))
-    wu = memo.get("rl_weight_update", wu_key, lambda: weight_update_time(scn))
+    wu = memo.get("rl_weight_update", scenario_key(scn, WEIGHT_UPDATE_READS, memo), lambda: weight_update_time(scn))
     colocated = rl.placement == "colocated"
     offload = wu.after_rollout_s if colocated else 0.0
     reward_s = reward_tail_s(scn, rollout.rollout_time_s)
     rollout_s = rollout.rollout_time_s + reward_s  # the frameworks' rollout timers hold the rewards
     copy_s = 0.0
     if scn.stack.rl_weight_restore or scn.stack.rl_weight_backup:
-        copy_key = _key("weight_copy", hardware_key(scn.hardware, memo), model_key(scn.model, memo), run.gpus,
-                        t.model_dump(), rl.algorithm, scn.stack.memory_saver)  # what training_memory reads of rl
-        copy_s = memo.get("rl_weight_copy", copy_key, lambda: weight_copy_s(scn))
+        copy_s = memo.get("rl_weight_copy", scenario_key(scn, WEIGHT_COPY_READS, memo), lambda: weight_copy_s(scn))
     extras = train_path_extras(scn, len(lengths), side.tokens, sum(int(r) for r in rollout.response_lengths),
                                copy_s)
     fixed_s = scn.stack.rl_step_host_s + checkpoint_s(scn)

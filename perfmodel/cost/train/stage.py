@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from perfmodel.cost.comm import (
     GroupPlacement,
@@ -40,7 +40,8 @@ from perfmodel.cost.train.layers import (
 )
 from perfmodel.cost.train.moe import MoEAssumptions, layer_imbalance
 from perfmodel.inputs.hardware import HardwareProfile
-from perfmodel.inputs.model import LayerSpec, ModelSpec
+from perfmodel.inputs.keys import Reads, hardware_key, model_key, scenario_key
+from perfmodel.inputs.model import LayerSpec
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.inputs.stack import Stack
 from perfmodel.memo import Memo
@@ -187,31 +188,9 @@ def _places(scn: Scenario) -> dict[str, GroupPlacement]:
     return out
 
 
-def _freeze(v: Any) -> Any:
-    if isinstance(v, dict):
-        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
-    return v
-
-
-def hardware_key(hw: HardwareProfile, memo: Memo) -> tuple:
-    """Every number of the profile (calibration included), computed once per profile object."""
-    return memo.by_identity("hw_key", hw, lambda: tuple(
-        _freeze(getattr(hw, f.name)) for f in dataclasses.fields(hw) if f.name != "sources"))
-
-
-def _train_key(scn: Scenario, memo: Memo) -> tuple:
-    """What of the scenario a chunk's cost depends on besides its layers (hashing the pydantic spec is slow, so
-    the tuple is kept per spec object)."""
-    t = scn.train
-    lay = t.layout
-    return memo.by_identity("train_key", t, lambda: (
-        t.precision, t.recompute, t.sequence_parallel, t.moe_dispatcher, lay.tp, lay.cp,
-        lay.ep, lay.etp, lay.pp, lay.vpp, scn.dp, scn.run.gpus, scn.run.train_gpus)) + scn.stack.knobs_for("train")
-
-
-def model_key(m: ModelSpec, memo: Memo) -> tuple:
-    """Every number of the model (an inline config's id is only its architecture's name), hashed once per spec."""
-    return memo.by_identity("model_key", m, lambda: (m.id, m.num_layers, hash(m)))
+# What a chunk's cost reads of the scenario besides its layers: the training step, on how many GPUs, priced with
+# the stack's training knobs (the key is derived from these objects' fields: perfmodel/inputs/keys.py).
+CHUNK_READS = Reads(run=("gpus", "train_gpus", "train"), stack_parts=("train",))
 
 
 def chunk_cost(scn: Scenario, virtual_stage: int, tokens: int, seq_len: int,
@@ -227,8 +206,7 @@ def chunk_cost(scn: Scenario, virtual_stage: int, tokens: int, seq_len: int,
     layers = chunk_layers(scn, virtual_stage)
     first, last = virtual_stage == 0, virtual_stage == len(scn.stage_layers) - 1
     start = sum(scn.stage_layers[:virtual_stage])
-    key = (hardware_key(scn.hardware, memo), model_key(scn.model, memo), _train_key(scn, memo), start, len(layers),
-           first, last, float(tokens), seq_len, moe)
+    key = (scenario_key(scn, CHUNK_READS, memo), start, len(layers), first, last, float(tokens), seq_len, moe)
     return memo.get("chunk_cost", key, lambda: _chunk_cost(scn, layers, first, last, tokens, seq_len, moe, memo))
 
 

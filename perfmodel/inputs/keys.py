@@ -1,0 +1,75 @@
+"""Memo keys derived from what a memoized cost reads, never listed field by field.
+
+A memoized function declares its `Reads`: dotted paths into the run spec (each frozen whole, so a field added under
+one later is in the key without anyone listing it) and the stack knobs it prices with (by part of the step, or by
+name); the hardware profile and the model are always read, every number of both. The key is built from those
+objects' fields (`freeze`), once per object (memo.by_identity): a sweep asks for thousands of keys.
+tests/memo/test_memo_keys.py changes every field of the specs one at a time and checks a warm memo never returns
+the unchanged run's value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from perfmodel.memo import Memo
+
+if TYPE_CHECKING:
+    from perfmodel.inputs.hardware import HardwareProfile
+    from perfmodel.inputs.model_spec import ModelSpec
+    from perfmodel.inputs.scenario import Scenario
+
+
+def freeze(value: Any) -> Hashable:
+    """A hashable image of a value with every field of its pydantic models and dataclasses, recursively."""
+    if isinstance(value, BaseModel):
+        return (type(value).__name__, *((k, freeze(getattr(value, k))) for k in type(value).model_fields))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__name__, *((f.name, freeze(getattr(value, f.name))) for f in dataclasses.fields(value)))
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [freeze(v) for v in value]
+        return tuple(sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Reads:
+    """What of a scenario a memoized cost reads besides the hardware and the model."""
+
+    run: tuple[str, ...]  # dotted attribute paths into the RunSpec ("train", "rl.log_probs", "train_gpus")
+    stack_parts: tuple[str, ...] = ()  # Stack.knobs_for(part) for each
+    stack_knobs: tuple[str, ...] = ()  # single knobs outside those parts
+
+
+def hardware_key(hw: HardwareProfile, memo: Memo) -> tuple:
+    """Every number of the profile (calibration included), computed once per profile object."""
+    return memo.by_identity("hw_key", hw, lambda: tuple(
+        freeze(getattr(hw, f.name)) for f in dataclasses.fields(hw) if f.name != "sources"))
+
+
+def model_key(m: ModelSpec, memo: Memo) -> tuple:
+    """Every number of the model (an inline config's id is only its architecture's name), hashed once per spec."""
+    return memo.by_identity("model_key", m, lambda: (m.id, m.num_layers, hash(m)))
+
+
+def _path(obj: Any, path: str) -> Any:
+    for name in path.split("."):
+        if obj is None:
+            return None
+        obj = getattr(obj, name)
+    return obj
+
+
+def scenario_key(scn: Scenario, reads: Reads, memo: Memo) -> tuple:
+    """The key of a cost that reads `reads` of this scenario (plus the caller's own arguments, added by it)."""
+    run = memo.by_identity(f"run_key:{reads.run}", scn.run, lambda: tuple(freeze(_path(scn.run, p)) for p in reads.run))
+    stack = scn.stack
+    return (hardware_key(scn.hardware, memo), model_key(scn.model, memo), run,
+            tuple(stack.knobs_for(p) for p in reads.stack_parts), tuple(getattr(stack, k) for k in reads.stack_knobs))
