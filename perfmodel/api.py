@@ -27,6 +27,8 @@ from perfmodel.errors import InputError
 
 if TYPE_CHECKING:
     from perfmodel.calibration import Calibration
+    from perfmodel.inputs.hardware import HardwareProfile
+    from perfmodel.inputs.model import ModelSpec
     from perfmodel.inputs.run import RunSpec
     from perfmodel.results import RunResult
     from perfmodel.sweep.run import SweepOutcome
@@ -88,6 +90,32 @@ class Ranking:
     files: list[Path] = field(default_factory=list)
 
 
+def _sweep_inputs(spec: SweepSpec | str | PathLike | None, spec_path: str, calibration: CalibrationLike,
+                  ) -> tuple[SweepSpec, str, HardwareProfile, Calibration | None, ModelSpec]:
+    """The sweep file read (or the embedded default), its hardware and model, and a calibration applied: hardware
+    parameters into the profile, stack parameters into every candidate's stack."""
+    from perfmodel.inputs.hardware import load_hardware
+    from perfmodel.inputs.run import RunSpec
+    from perfmodel.inputs.scenario import resolve_model
+    from perfmodel.inputs.stack import StackOptions, resolve_stack
+    from perfmodel.sweep.spec import SweepSpec, default_sweep_path, load_sweep_spec
+
+    if isinstance(spec, SweepSpec):
+        spec_path = spec_path or "<sweep spec>"
+    else:
+        spec_path = str(spec) if spec is not None else str(default_sweep_path())
+        spec = load_sweep_spec(spec_path)
+    hw = load_hardware(spec.hardware, source=spec_path)
+    cal = _calibration(calibration)
+    if cal is not None:
+        hw = cal.hardware_profile(hw)
+        stack = resolve_stack(spec.stack, StackOptions(**spec.stack_options) if spec.stack_options else None)
+        options = cal.as_stack_options(stack.id, spec.stack_options, spec_path)
+        if options:
+            spec = spec.model_copy(update={"stack_options": options})
+    return spec, spec_path, hw, cal, resolve_model(RunSpec.model_construct(model=spec.model), spec_path)
+
+
 def sweep(spec: SweepSpec | str | PathLike | None = None, *, spec_path: str = "", out: str | PathLike | None = None,
           top: int = 5,
           workers: int | None = None, ray_address: str | None = None, cache: bool = True,
@@ -98,30 +126,13 @@ def sweep(spec: SweepSpec | str | PathLike | None = None, *, spec_path: str = ""
     embedded default; `spec_path` names a given SweepSpec's file in messages), rank them, and write OUT (default
     sweeps/<time stamp>): candidates.csv, summary.json, plans/rank*.yaml, best_trace.json and report.html.
     `progress(done, total)` is called as candidates finish; `on_start(candidates, out)` once they are enumerated."""
-    from perfmodel.inputs.hardware import load_hardware
     from perfmodel.inputs.run import RunSpec
-    from perfmodel.inputs.scenario import resolve_model
-    from perfmodel.inputs.stack import StackOptions, resolve_stack
     from perfmodel.sweep.cache import ResultCache, default_cache_path
     from perfmodel.sweep.ranking import add_bands, group_equal_plans, write_plans
     from perfmodel.sweep.run import evaluate_candidates, write_csv, write_summary
     from perfmodel.sweep.space import enumerate_candidates
-    from perfmodel.sweep.spec import SweepSpec, default_sweep_path, load_sweep_spec
 
-    if isinstance(spec, SweepSpec):
-        spec_path = spec_path or "<sweep spec>"
-    else:
-        spec_path = str(spec) if spec is not None else str(default_sweep_path())
-        spec = load_sweep_spec(spec_path)
-    hw = load_hardware(spec.hardware, source=spec_path)
-    cal = _calibration(calibration)
-    if cal is not None:  # hardware parameters into the profile, stack parameters into every candidate's stack
-        hw = cal.hardware_profile(hw)
-        stack = resolve_stack(spec.stack, StackOptions(**spec.stack_options) if spec.stack_options else None)
-        options = cal.as_stack_options(stack.id, spec.stack_options, spec_path)
-        if options:
-            spec = spec.model_copy(update={"stack_options": options})
-    model = resolve_model(RunSpec.model_construct(model=spec.model), spec_path)
+    spec, spec_path, hw, cal, model = _sweep_inputs(spec, spec_path, calibration)
     moe = [layer.ffn for layer in model.layers if layer.ffn.kind == "moe"]
     candidates = list(enumerate_candidates(spec, hw.gpus_per_node, moe[0].num_experts if moe else 0,
                                            model.num_layers))

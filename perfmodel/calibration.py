@@ -303,18 +303,9 @@ def _refusal(params: list[Param], cov: np.ndarray, jac: np.ndarray, n_data: int)
     return None if worst is None else (worst[1], worst[2])
 
 
-def fit_calibration(cases: list[ValidationCase], stack_names: list[str], hardware_names: list[str] = (),
-                    hardware: HardwareProfile | None = None, metrics: tuple[str, ...] | None = None,
-                    sources: list[str] | None = None, command: str = "") -> Calibration:
-    """Fit the named stack knobs (and hardware parameters) to `cases`, which share one stack (and, when hardware
-    parameters are fitted, one hardware). Parameters the runs do not inform are refused and the rest refitted."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    t0 = time.perf_counter()
-    if not cases:
-        raise InputError("", "cases", "no measured run to calibrate on")
-    scenarios = [build_scenario(c, hardware=hardware if hardware and c.hardware == hardware.id else None,
-                                source=(sources[i] if sources else c.id)) for i, c in enumerate(cases)]
+def _fit_params(scenarios: list[Scenario], stack_names: list[str], hardware_names: list[str]) -> list[Param]:
+    """The parameters a fit moves, each checked: one stack (and one hardware) across the runs, and names the stack
+    or the hardware profile lets a calibration fit."""
     stacks = {s.stack.id for s in scenarios}
     if len(stacks) > 1 and stack_names:
         raise InputError("", "stack", f"the runs are priced with several stacks ({', '.join(sorted(stacks))}); "
@@ -334,6 +325,22 @@ def fit_calibration(cases: list[ValidationCase], stack_names: list[str], hardwar
             raise InputError("--hardware-params", bad[0], f"not a calibratable parameter of "
                              f"{scenarios[0].hardware.id}; valid: {', '.join(sorted(valid))}")
         params += [_hardware_param(scenarios[0].hardware, n) for n in hardware_names]
+    return params
+
+
+def fit_calibration(cases: list[ValidationCase], stack_names: list[str], hardware_names: list[str] = (),
+                    hardware: HardwareProfile | None = None, metrics: tuple[str, ...] | None = None,
+                    sources: list[str] | None = None, command: str = "") -> Calibration:
+    """Fit the named stack knobs (and hardware parameters) to `cases`, which share one stack (and, when hardware
+    parameters are fitted, one hardware). Parameters the runs do not inform are refused and the rest refitted."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    t0 = time.perf_counter()
+    if not cases:
+        raise InputError("", "cases", "no measured run to calibrate on")
+    scenarios = [build_scenario(c, hardware=hardware if hardware and c.hardware == hardware.id else None,
+                                source=(sources[i] if sources else c.id)) for i, c in enumerate(cases)]
+    params = _fit_params(scenarios, stack_names, hardware_names)
     problem = _Problem(scenarios, cases, params, metrics)
     n_data = len(problem.figures())
     start = np.array([math.log(p.start) for p in params])

@@ -1,5 +1,5 @@
 """Write the knob table of docs/stacks.md from the knobs' declarations (`Stack` in perfmodel/inputs/stack.py);
-tests/test_knob_declarations.py checks the doc's table is current.
+tests/inputs/test_knob_declarations.py checks the doc's table is current.
 
     python scripts/knob_table.py            # rewrite the table between its markers in docs/stacks.md
 """

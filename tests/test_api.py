@@ -39,7 +39,7 @@ def test_simulate_takes_a_file_a_dict_or_a_runspec_and_matches_the_command(capsy
 
 def test_sweep_returns_the_ranking_with_the_plans_it_wrote(tmp_path, monkeypatch):
     from perfmodel.inputs.plan import load_plan
-    from tests.test_sweep import small_spec
+    from tests.sweep.test_sweep import small_spec
 
     monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path / "cache"))
     ranking = perfmodel.api.sweep(small_spec(), out=tmp_path / "s", top=3, workers=1, report=False)

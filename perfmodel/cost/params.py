@@ -40,7 +40,7 @@ class LocalParams:
 
 def _compressor_params(hidden: int, ratio: int, head_dim: int) -> int:
     """DSV4 Compressor (ape, wkv, wgate, norm), as counted by perfmodel.inputs.model (kept in step by
-    tests/test_memory.py::test_split_params_sum_to_the_model_at_tp1)."""
+    tests/cost/memory/test_memory.py::test_split_params_sum_to_the_model_at_tp1)."""
     width = (2 if ratio == 4 else 1) * head_dim
     return ratio * width + 2 * hidden * width + head_dim
 

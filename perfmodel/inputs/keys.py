@@ -4,7 +4,7 @@ A memoized function declares its `Reads`: dotted paths into the run spec (each f
 one later is in the key without anyone listing it) and the stack knobs it prices with (by part of the step, or by
 name); the hardware profile and the model are always read, every number of both. The key is built from those
 objects' fields (`freeze`), once per object (memo.by_identity): a sweep asks for thousands of keys.
-tests/memo/test_memo_keys.py changes every field of the specs one at a time and checks a warm memo never returns
+tests/inputs/test_keys.py changes every field of the specs one at a time and checks a warm memo never returns
 the unchanged run's value.
 """
 

@@ -86,7 +86,7 @@ class Stack(BaseModel):
     requested: str  # what the run named ("" when it named none)
     # The knobs: training's, the rollout's, the weight update's, training's FSDP/FP8/fusion choices, the RL step's.
     # This order yields the derived tuples below in the order they had when written out by hand (cache keys,
-    # calibration's parameter order), which tests/test_knob_declarations.py checks.
+    # calibration's parameter order), which tests/inputs/test_knob_declarations.py checks.
     attention_kernel: AttentionKernel = knob(
         "flash", part="train", option=True,
         doc="`cost/train/attention.py`: a fused kernel (flash), or (materialized) the batched QK^T over every s^2 "
@@ -328,7 +328,7 @@ def _default_shown(value: Any) -> str:
 
 def knob_table_markdown() -> str:
     """The knob table of docs/stacks.md, one row per knob in declaration order (scripts/knob_table.py writes it,
-    tests/test_knob_declarations.py checks the doc's is current)."""
+    tests/inputs/test_knob_declarations.py checks the doc's is current)."""
     rows = ["| knob | part | values | default | fitted on | priced by |", "|---|---|---|---|---|---|"]
     for s in KNOB_SPECS.values():
         doc = s.doc.replace("|", r"\|")  # a pipe would end the cell

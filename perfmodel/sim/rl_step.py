@@ -264,7 +264,6 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
                      memo: Memo | None = None) -> RLStepResult:
     run = scn.run
     rl = run.rl
-    t = run.train
     assert rl is not None
     memo = memo if memo is not None else Memo()
     rollout = simulate_rollout_side(scn, seed, memo)
@@ -316,52 +315,66 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
         bd["offload"] += side.critic_swap_s
     bd["other"] = max(0.0, step - sum(bd.values()))
 
+    idle = _idle_gpu_s(scn, tb, rollout, wu, offload, step, fixed_s, train_path, rollout_s)
+    subphases = step_subphases(rollout, reward_s, offload, side, extras, wu, scn.stack.rl_step_host_s,
+                               checkpoint_s(scn))
+    spans = _step_spans(rollout, rollout_s, subphases, side, wu, step, fixed_s, rl.async_) if record_trace else []
+    return RLStepResult(scn, rollout, side, wu, offload, step, phases, bd, idle, spans, subphases)
+
+
+def _idle_gpu_s(scn: Scenario, tb: dict[str, float], rollout: RolloutResult, wu: WeightUpdateResult, offload: float,
+                step: float, fixed_s: float, train_path: float, rollout_s: float) -> dict[str, float]:
+    """GPU-seconds each GPU group spends waiting in one step, by cause."""
+    rl, gpus = scn.run.rl, scn.run.gpus
     actor, rollout_gpus = rl.actor_gpus, rl.rollout_gpus
     idle = {
         "pipeline_bubble": tb.get("bubble", 0.0) * actor,
         "all_to_all_stall": tb.get(f"comm:{EP_COMM}", 0.0) * actor,
         "rollout_tail": rollout.idle_tail_gpu_s,
-        "weight_sync": wu.total_s * run.gpus,
-        "offload": offload * run.gpus,
+        "weight_sync": wu.total_s * gpus,
+        "offload": offload * gpus,
     }
-    if not colocated:
+    if rl.placement != "colocated":
         if rl.async_:
             idle["waiting_on_other_side"] = (max(0.0, step - wu.total_s - fixed_s - train_path) * actor
                                              + max(0.0, step - wu.total_s - fixed_s - rollout_s) * rollout_gpus)
         else:
             idle["waiting_on_other_side"] = train_path * rollout_gpus + rollout_s * actor
+    return idle
 
-    subphases = step_subphases(rollout, reward_s, offload, side, extras, wu, scn.stack.rl_step_host_s,
-                               checkpoint_s(scn))
+
+def _step_spans(rollout: RolloutResult, rollout_s: float, subphases: list[SubPhase], side: TrainSide,
+                wu: WeightUpdateResult, step: float, fixed_s: float, async_: bool) -> list[Span]:
+    """The step's trace: the rollout's engines, then each sub-phase where it runs (the training side after the
+    rollout, or with it when async; the update and the step's fixed work close the step)."""
     spans: list[Span] = []
-    if record_trace:
-        spans.extend(rollout.spans(offset_s=0.0))
-        spans.append(Span("rl step", "phases", "rollout", 0.0, rollout_s))
-        # the training side starts after the rollout (sync) or with it (async); the update and the step's fixed
-        # work close the step
-        t = 0.0
-        for sp in subphases:
-            if sp.name == "data_to_trainer" and rl.async_:
-                t = 0.0
-            if sp.name == "weight_update":
-                t = step - wu.total_s - fixed_s
+    spans.extend(rollout.spans(offset_s=0.0))
+    spans.append(Span("rl step", "phases", "rollout", 0.0, rollout_s))
+    # the training side starts after the rollout (sync) or with it (async); the update and the step's fixed
+    # work close the step
+    t = 0.0
+    for sp in subphases:
+        if sp.name == "data_to_trainer" and async_:
+            t = 0.0
+        if sp.name == "weight_update":
+            t = step - wu.total_s - fixed_s
+        if sp.seconds > 0:
+            spans.append(Span("rl step", "sub-phases", sp.name, t, sp.seconds))
+        if sp.name == "actor_train":
+            spans.append(Span("rl step", "phases", "actor_train", t, sp.seconds))
+            spans.extend(pipeline_spans(side.train.trace, prefix="train stage", offset_s=t))
+        elif sp.name in ("release_and_onload", "critic_train", "log_probs"):
             if sp.seconds > 0:
-                spans.append(Span("rl step", "sub-phases", sp.name, t, sp.seconds))
-            if sp.name == "actor_train":
-                spans.append(Span("rl step", "phases", "actor_train", t, sp.seconds))
-                spans.extend(pipeline_spans(side.train.trace, prefix="train stage", offset_s=t))
-            elif sp.name in ("release_and_onload", "critic_train", "log_probs"):
-                if sp.seconds > 0:
-                    spans.append(Span("rl step", "phases", sp.name, t, sp.seconds))
-            elif sp.name == "weight_update":
-                spans.append(Span("rl step", "phases", "update_weights", t, sp.seconds))
-                u = t
-                for part, sec in wu.parts.items():  # the update's own path, part by part
-                    if sec > 0:
-                        spans.append(Span("rl step", "weight update", part.removesuffix("_s"), u, sec))
-                    u += sec
-            t += sp.seconds
-    return RLStepResult(scn, rollout, side, wu, offload, step, phases, bd, idle, spans, subphases)
+                spans.append(Span("rl step", "phases", sp.name, t, sp.seconds))
+        elif sp.name == "weight_update":
+            spans.append(Span("rl step", "phases", "update_weights", t, sp.seconds))
+            u = t
+            for part, sec in wu.parts.items():  # the update's own path, part by part
+                if sec > 0:
+                    spans.append(Span("rl step", "weight update", part.removesuffix("_s"), u, sec))
+                u += sec
+        t += sp.seconds
+    return spans
 
 
 def step_subphases(rollout: RolloutResult, reward_s: float, offload_s: float, side: TrainSide,

@@ -11,6 +11,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -38,6 +39,53 @@ def _entrypoint(launch: MilesLaunch, model_args: Sequence[str]) -> str:
     return shlex.join(launch.entrypoint_argv(model_args))
 
 
+@dataclass
+class _LogFollower:
+    """The job's log as it streams: each chunk to the log file and `out`, each completed step to the store, the
+    watchdog told of every line; `stop_reason` says when the job must be stopped."""
+
+    launch: MilesLaunch
+    parser: MilesLogParser
+    store: StepSink | None
+    out: TextIO | None
+    watchdog: Watchdog | None
+    log_file: TextIO | None
+    deadline: float | None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    seen: list[int] = field(default_factory=lambda: [0])  # characters handled so far (a polling fallback resumes)
+    partial: str = ""  # the log's last line while it is incomplete (chunks do not end at line ends)
+
+    def record(self, m: dict[str, Any]) -> None:
+        self.steps.append(m)
+        if self.watchdog is not None:
+            self.watchdog.steps_done = len(self.steps)
+        if self.store is not None:
+            self.store.add_step(run_id=self.launch.run_id, plan_id=self.launch.plan_id, backend="miles",
+                                measurement=m)
+
+    def handle(self, chunk: str) -> None:
+        self.seen[0] += len(chunk)
+        if self.watchdog is not None:  # any output is progress; the report quotes the last whole line
+            *whole, self.partial = (self.partial + chunk).split("\n")
+            for line in whole:
+                self.watchdog.progress(line)
+            self.watchdog.last_progress = time.monotonic()
+        if self.log_file:
+            self.log_file.write(chunk)
+            self.log_file.flush()
+        if self.out is not None:
+            self.out.write(chunk)
+        for m in self.parser.feed(chunk):
+            self.record(m)
+
+    def stop_reason(self) -> str | None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            return "TIMEOUT"
+        if self.watchdog is not None and self.watchdog.expired():
+            return "STALLED"
+        return None
+
+
 def submit_and_follow(
     launch: MilesLaunch,
     model_args: Sequence[str],
@@ -61,51 +109,17 @@ def submit_and_follow(
         runtime_env={"env_vars": env},
         metadata={"plan_id": launch.plan_id, "run_id": launch.run_id, "backend": "miles"},
     )
-    parser = MilesLogParser(launch.num_steps_per_rollout)
-    steps: list[dict[str, Any]] = []
-    log_file = open(log_path, "a", encoding="utf-8") if log_path else None
-    deadline = time.monotonic() + timeout_s if timeout_s else None
-
-    seen = [0]  # characters of the job log handled so far (a polling fallback resumes there)
-    partial = [""]  # the log's last line while it is incomplete (chunks do not end at line ends)
-
-    def record(m: dict[str, Any]) -> None:
-        steps.append(m)
-        if watchdog is not None:
-            watchdog.steps_done = len(steps)
-        if store is not None:
-            store.add_step(run_id=launch.run_id, plan_id=launch.plan_id, backend="miles", measurement=m)
-
-    def handle(chunk: str) -> None:
-        seen[0] += len(chunk)
-        if watchdog is not None:  # any output is progress; the report quotes the last whole line
-            *whole, partial[0] = (partial[0] + chunk).split("\n")
-            for line in whole:
-                watchdog.progress(line)
-            watchdog.last_progress = time.monotonic()
-        if log_file:
-            log_file.write(chunk)
-            log_file.flush()
-        if out is not None:
-            out.write(chunk)
-        for m in parser.feed(chunk):
-            record(m)
-
-    def stop_reason() -> str | None:
-        if deadline is not None and time.monotonic() > deadline:
-            return "TIMEOUT"
-        if watchdog is not None and watchdog.expired():
-            return "STALLED"
-        return None
-
+    follower = _LogFollower(launch, MilesLogParser(launch.num_steps_per_rollout), store, out, watchdog,
+                            open(log_path, "a", encoding="utf-8") if log_path else None,
+                            time.monotonic() + timeout_s if timeout_s else None)
     status = "PENDING"
     message = ""
     stall: dict[str, Any] | None = None
     try:
-        reason = _follow(client, job_id, handle, stop_reason, seen)
+        reason = _follow(client, job_id, follower.handle, follower.stop_reason, follower.seen)
         if reason is None:
-            status = _wait_terminal(client, job_id, stop_reason, poll_s)
-            reason = None if status in TERMINAL else (stop_reason() or "TIMEOUT")
+            status = _wait_terminal(client, job_id, follower.stop_reason, poll_s)
+            reason = None if status in TERMINAL else (follower.stop_reason() or "TIMEOUT")
         if reason is not None:
             if reason == "STALLED" and watchdog is not None:
                 stall = watchdog.report()
@@ -113,8 +127,8 @@ def submit_and_follow(
             status = reason
             if stall is not None:
                 stall["job_status_after_stop"] = _wait_terminal(client, job_id, _after(30.0), poll_s)
-        for m in parser.finish():  # steps still pending when the log ended
-            record(m)
+        for m in follower.parser.finish():  # steps still pending when the log ended
+            follower.record(m)
         try:
             info = client.get_job_info(job_id)
             message = str(getattr(info, "message", "") or "")
@@ -124,11 +138,11 @@ def submit_and_follow(
         client.stop_job(job_id)
         raise
     finally:
-        if log_file:
-            log_file.close()
-    return MilesRunResult(run_id=launch.run_id, status=status, launch=launch, job_id=job_id, steps=steps,
-                          eval=dict(parser.eval), message=message, log_path=str(log_path) if log_path else None,
-                          stall=stall)
+        if follower.log_file:
+            follower.log_file.close()
+    return MilesRunResult(run_id=launch.run_id, status=status, launch=launch, job_id=job_id, steps=follower.steps,
+                          eval=dict(follower.parser.eval), message=message,
+                          log_path=str(log_path) if log_path else None, stall=stall)
 
 
 def _after(seconds: float) -> Callable[[], str | None]:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 import yaml
@@ -15,8 +14,9 @@ from perfmodel.cost.train.work import Builder
 from perfmodel.inputs.hardware import load_hardware
 from perfmodel.inputs.run import RunSpec
 from perfmodel.predict import simulate_run
+from tests.conftest import REPO
 
-BASE = yaml.safe_load((Path(__file__).resolve().parents[1] / "data" / "gpt3-175b-a100-interleaved.yaml").read_text())
+BASE = yaml.safe_load((REPO / "tests" / "data" / "gpt3-175b-a100-interleaved.yaml").read_text())
 
 
 def _step(recompute: str, kernel: str) -> tuple[float, object]:

@@ -10,8 +10,8 @@ import yaml
 
 from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import known_hardware_ids, load_hardware
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 PROFILES = REPO / "hwprofiles"
 SOURCES_DOC = REPO / "docs" / "hardware-sources.md"
 

@@ -9,7 +9,6 @@ re-derived below from its published terms (not copied), and against hand counts 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 import yaml
@@ -33,8 +32,9 @@ from perfmodel.cost.params import attention_params_local, ffn_params_local, para
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.model import load_model
 from perfmodel.inputs.scenario import build_scenario
+from tests.conftest import REPO
 
-CASES = Path(__file__).resolve().parent.parent / "studies" / "validation" / "cases"
+CASES = REPO / "studies" / "validation" / "cases"
 
 
 def _scenario(d: dict):
