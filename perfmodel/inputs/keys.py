@@ -1,11 +1,11 @@
 """Memo keys derived from what a memoized cost reads, never listed field by field.
 
-A memoized function declares its `Reads`: dotted paths into the run spec (each frozen whole, so a field added under
-one later is in the key without anyone listing it) and the stack knobs it prices with (by part of the step, or by
-name); the hardware profile and the model are always read, every number of both. The key is built from those
-objects' fields (`freeze`), once per object (memo.by_identity): a sweep asks for thousands of keys.
-tests/inputs/test_keys.py changes every field of the specs one at a time and checks a warm memo never returns
-the unchanged run's value.
+A memoized function declares its `Reads`: dotted paths into the run spec (each taken whole, as pydantic's JSON of
+it, so a field added under one later is in the key without anyone listing it), fields it is known not to read
+(`exclude`, the safe side: a new field is in), and the stack knobs it prices with (by part of the step, or by
+name); the hardware profile and the model are always read, every number of both. The key is built once per
+object (memo.by_identity): a sweep asks for thousands of keys. tests/inputs/test_keys.py changes every field of
+the specs one at a time and checks a warm memo never returns the unchanged run's value.
 """
 
 from __future__ import annotations
@@ -41,11 +41,15 @@ def freeze(value: Any) -> Hashable:
 
 @dataclass(frozen=True, slots=True)
 class Reads:
-    """What of a scenario a memoized cost reads besides the hardware and the model."""
+    """What of a scenario a memoized cost reads besides the hardware and the model. `exclude` narrows a section by
+    a field the cost is known not to read, so plans that differ only there share it: a field added to a section
+    later is in the key unless someone excludes it (the safe side)."""
 
+    name: str  # the memo table of these keys
     run: tuple[str, ...]  # dotted attribute paths into the RunSpec ("train", "rl.log_probs", "train_gpus")
     stack_parts: tuple[str, ...] = ()  # Stack.knobs_for(part) for each
     stack_knobs: tuple[str, ...] = ()  # single knobs outside those parts
+    exclude: tuple[str, ...] = ()  # dotted paths under `run` left out ("train.optimizer_offload_fraction")
 
 
 def hardware_key(hw: HardwareProfile, memo: Memo) -> tuple:
@@ -67,9 +71,21 @@ def _path(obj: Any, path: str) -> Any:
     return obj
 
 
+def _section(run: Any, path: str, exclude: tuple[str, ...]) -> Hashable:
+    """One section of the run, every field under it (pydantic's JSON of it: complete, and fast to make)."""
+    value = _path(run, path)
+    if not isinstance(value, BaseModel):
+        return freeze(value)
+    inner = {e.removeprefix(path + ".") for e in exclude if e.startswith(path + ".")}
+    if any("." in e for e in inner):
+        raise ValueError(f"exclude {sorted(inner)}: one level below {path!r} only")
+    return value.model_dump_json(exclude=inner or None)
+
+
 def scenario_key(scn: Scenario, reads: Reads, memo: Memo) -> tuple:
     """The key of a cost that reads `reads` of this scenario (plus the caller's own arguments, added by it)."""
-    run = memo.by_identity(f"run_key:{reads.run}", scn.run, lambda: tuple(freeze(_path(scn.run, p)) for p in reads.run))
+    run = memo.by_identity(reads.name, scn.run,
+                           lambda: tuple(_section(scn.run, p, reads.exclude) for p in reads.run))
     stack = scn.stack
     return (hardware_key(scn.hardware, memo), model_key(scn.model, memo), run,
             tuple(stack.knobs_for(p) for p in reads.stack_parts), tuple(getattr(stack, k) for k in reads.stack_knobs))

@@ -190,12 +190,13 @@ def pad_microbatches(mbs: list[tuple[int, int]], count: int) -> list[tuple[int, 
 
 # What each memoized side of a step reads of the scenario (keys derived from these: perfmodel/inputs/keys.py). The
 # sides read disjoint parts where they can, so a sweep re-uses one side across plans that differ on the other.
-TRAIN_SIDE_READS = Reads(run=("gpus", "train_gpus", "train", "rl.algorithm", "rl.log_probs"), stack_parts=("train",),
-                         stack_knobs=("memory_saver",))  # PPO's critic parks and wakes with the memory saver
-ROLLOUT_READS = Reads(run=("rl",), stack_parts=("rollout",))
-WEIGHT_UPDATE_READS = Reads(run=("gpus", "train_gpus", "train", "rl"), stack_parts=("weight_update", "train"))
-WEIGHT_COPY_READS = Reads(run=("gpus", "train_gpus", "train", "rl.algorithm"), stack_parts=("train",),
-                          stack_knobs=("memory_saver",))  # what training_memory reads
+TRAIN_SIDE_READS = Reads("train_side_key", run=("gpus", "train_gpus", "train", "rl.algorithm", "rl.log_probs"),
+                         stack_parts=("train",), stack_knobs=("memory_saver",))  # PPO's critic parks with it
+ROLLOUT_READS = Reads("rollout_key", run=("rl",), stack_parts=("rollout",))
+WEIGHT_UPDATE_READS = Reads("weight_update_key", run=("gpus", "train_gpus", "train", "rl"),
+                            stack_parts=("weight_update", "train"))
+WEIGHT_COPY_READS = Reads("weight_copy_key", run=("gpus", "train_gpus", "train", "rl.algorithm"),
+                          stack_parts=("train",), stack_knobs=("memory_saver",))  # what training_memory reads
 
 
 def simulate_train_side(scn: Scenario, lengths: list[int], record_trace: bool = False,
@@ -271,7 +272,8 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
     prompt = int(round(rl.prompt_tokens_mean))
     lengths = [prompt + int(r) for r in rollout.response_lengths]
     side = simulate_train_side(scn, lengths, record_trace=record_trace, memo=memo)
-    wu = memo.get("rl_weight_update", scenario_key(scn, WEIGHT_UPDATE_READS, memo), lambda: weight_update_time(scn))
+    wu = memo.get("rl_weight_update", scenario_key(scn, WEIGHT_UPDATE_READS, memo),
+                  lambda: weight_update_time(scn, memo=memo))
     colocated = rl.placement == "colocated"
     offload = wu.after_rollout_s if colocated else 0.0
     reward_s = reward_tail_s(scn, rollout.rollout_time_s)

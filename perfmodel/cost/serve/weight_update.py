@@ -70,8 +70,10 @@ from perfmodel.cost.memory.rollout import rollout_memory
 from perfmodel.cost.memory.training import training_memory
 from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import HardwareProfile
+from perfmodel.inputs.keys import Reads, scenario_key
 from perfmodel.inputs.model import ModelSpec
 from perfmodel.inputs.scenario import Scenario
+from perfmodel.memo import Memo
 
 MIB = 2**20
 
@@ -283,8 +285,17 @@ def weight_update_params_for(scn: Scenario) -> WeightUpdateParams:
     return wp
 
 
-def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) -> WeightUpdateResult:
-    """Time of one trainer -> engines weight update, by part (see the module docstring)."""
+# The update's two costly inputs, each keyed by what it reads (perfmodel/inputs/keys.py): the model's parameters by
+# pipeline stage, and the engines' weights per GPU. A sweep prices them once per layout / per engine, not per plan.
+STAGE_PARAMS_READS = Reads("wu_stage_params_key", run=("train.layout", "train.pipeline_layers", "train.schedule"))
+ROLLOUT_WEIGHTS_READS = Reads("wu_rollout_weights_key", run=("rl",))
+
+
+def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None,
+                       memo: Memo | None = None) -> WeightUpdateResult:
+    """Time of one trainer -> engines weight update, by part (see the module docstring). `memo` (the caller's)
+    reuses the parameter counts and the engines' weights across plans."""
+    memo = memo if memo is not None else Memo()
     wp = params or weight_update_params_for(scn)
     rl = scn.run.rl
     if rl is None:
@@ -294,7 +305,7 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) 
     mode, placement = rl.weight_update.mode, rl.placement
     colocated = placement == "colocated"
     fp8 = rl.rollout.precision == "fp8"
-    p = _params(scn)
+    p = memo.get("wu_stage_params", scenario_key(scn, STAGE_PARAMS_READS, memo), lambda: _params(scn))
     bucket = rl.weight_update.bucket_mb * MIB
     bf16 = 2.0 * p.total
     wq = FP8_BLOCK_WEIGHT_BYTES  # 128 x 128 blocks, one FP32 scale each (Miles quantizer_fp8.py)
@@ -344,7 +355,8 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None) 
     parts["tensors_s"] = p.tensors * scn.stack.weight_update_tensor_s
     parts["link_s"] = link
 
-    rollout_weights = rollout_memory(scn).weights_bytes
+    rollout_weights = memo.get("wu_rollout_weights", scenario_key(scn, ROLLOUT_WEIGHTS_READS, memo),
+                               lambda: rollout_memory(scn).weights_bytes)
     parts["post_process_s"] = wp.post_process_fixed_s + 2.0 * rollout_weights / hbm_rate(hw)
     parts["resume_s"] = wp.resume_s + (wp.engine_wake_s / 2 if colocated else 0.0)
 

@@ -189,8 +189,10 @@ def _places(scn: Scenario) -> dict[str, GroupPlacement]:
 
 
 # What a chunk's cost reads of the scenario besides its layers: the training step, on how many GPUs, priced with
-# the stack's training knobs (the key is derived from these objects' fields: perfmodel/inputs/keys.py).
-CHUNK_READS = Reads(run=("gpus", "train_gpus", "train"), stack_parts=("train",))
+# the stack's training knobs (the key is derived from these objects' fields: perfmodel/inputs/keys.py). The
+# optimizer's offload is priced by optimizer_step_s, outside the chunk.
+CHUNK_READS = Reads("chunk_key", run=("gpus", "train_gpus", "train"), stack_parts=("train",),
+                    exclude=("train.optimizer_offload_fraction",))
 
 
 def chunk_cost(scn: Scenario, virtual_stage: int, tokens: int, seq_len: int,
