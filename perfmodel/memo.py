@@ -9,6 +9,7 @@ alongside, so a recycled `id()` never returns another object's key.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
@@ -20,6 +21,8 @@ class Memo:
     def __init__(self, limit_per_table: int = 16384) -> None:
         self.limit = limit_per_table
         self._tables: dict[str, dict[Hashable, Any]] = {}
+        self._interned: dict[Hashable, int] = {}
+        self._ids = itertools.count()
 
     def get(self, table: str, key: Hashable, compute: Callable[[], T]) -> T:
         t = self._tables.get(table)
@@ -43,6 +46,16 @@ class Memo:
         value = compute()
         t[id(obj)] = (obj, value)
         return value
+
+    def intern(self, key: Hashable) -> int:
+        """A small int standing for `key`, cheap to hash inside other keys: equal keys get equal ints, and an int
+        is never given to another key, even after the table is emptied."""
+        hit = self._interned.get(key)
+        if hit is None:
+            if len(self._interned) >= self.limit:
+                self._interned.clear()
+            hit = self._interned[key] = next(self._ids)
+        return hit
 
     def size(self, table: str) -> int:
         return len(self._tables.get(table, ()))

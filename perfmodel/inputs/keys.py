@@ -82,10 +82,14 @@ def _section(run: Any, path: str, exclude: tuple[str, ...]) -> Hashable:
     return value.model_dump_json(exclude=inner or None)
 
 
-def scenario_key(scn: Scenario, reads: Reads, memo: Memo) -> tuple:
-    """The key of a cost that reads `reads` of this scenario (plus the caller's own arguments, added by it)."""
-    run = memo.by_identity(reads.name, scn.run,
-                           lambda: tuple(_section(scn.run, p, reads.exclude) for p in reads.run))
-    stack = scn.stack
-    return (hardware_key(scn.hardware, memo), model_key(scn.model, memo), run,
-            tuple(stack.knobs_for(p) for p in reads.stack_parts), tuple(getattr(stack, k) for k in reads.stack_knobs))
+def scenario_key(scn: Scenario, reads: Reads, memo: Memo) -> int:
+    """The key of a cost that reads `reads` of this scenario (plus the caller's own arguments, added by it): every
+    value read, interned to an int once per scenario object (a chunk cost asks for it per micro-batch shape)."""
+
+    def build() -> int:
+        stack = scn.stack
+        run = tuple(_section(scn.run, p, reads.exclude) for p in reads.run)
+        knobs = (*(stack.knobs_for(p) for p in reads.stack_parts), *(getattr(stack, k) for k in reads.stack_knobs))
+        return memo.intern((reads.name, hardware_key(scn.hardware, memo), model_key(scn.model, memo), run, knobs))
+
+    return memo.by_identity(reads.name, scn, build)

@@ -353,8 +353,25 @@ def stack_ids() -> list[str]:
     return sorted(p.stem for p in stacks_dir().glob("*.yaml"))
 
 
+_RESOLVED: dict[tuple, tuple[StackProfile | None, StackProfile | None, Stack]] = {}
+
+
 def resolve_stack(requested: str | None, options: StackOptions | None = None, source: str = "") -> Stack:
-    """The stack a run is priced with: its named profile (and release), then its stated options."""
+    """The stack a run is priced with: its named profile (and release), then its stated options. A sweep's
+    candidates name the same stack: they share one (immutable) Stack, whose knob tuples are built once; the
+    profiles it was resolved from are part of the reuse (a re-read profile resolves anew)."""
+    framework = (requested or "").strip().partition("@")[0]
+    prof, default = (load_stack_profile(framework) if framework else None), load_stack_profile("default")
+    key = (requested, options.model_dump_json() if options is not None else None, source, id(prof), id(default))
+    hit = _RESOLVED.get(key)
+    if hit is None or hit[0] is not prof or hit[1] is not default:
+        if len(_RESOLVED) >= 256:
+            _RESOLVED.clear()
+        hit = _RESOLVED[key] = (prof, default, _resolve_stack(requested, options, source))
+    return hit[2]
+
+
+def _resolve_stack(requested: str | None, options: StackOptions | None, source: str) -> Stack:
     name = (requested or "").strip()
     framework, _, release = name.partition("@")
     notes: list[str] = []

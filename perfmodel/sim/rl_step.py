@@ -195,8 +195,6 @@ TRAIN_SIDE_READS = Reads("train_side_key", run=("gpus", "train_gpus", "train", "
 ROLLOUT_READS = Reads("rollout_key", run=("rl",), stack_parts=("rollout",))
 WEIGHT_UPDATE_READS = Reads("weight_update_key", run=("gpus", "train_gpus", "train", "rl"),
                             stack_parts=("weight_update", "train"))
-WEIGHT_COPY_READS = Reads("weight_copy_key", run=("gpus", "train_gpus", "train", "rl.algorithm"),
-                          stack_parts=("train",), stack_knobs=("memory_saver",))  # what training_memory reads
 
 
 def simulate_train_side(scn: Scenario, lengths: list[int], record_trace: bool = False,
@@ -280,7 +278,7 @@ def simulate_rl_step(scn: Scenario, seed: int = 0, record_trace: bool = False,
     rollout_s = rollout.rollout_time_s + reward_s  # the frameworks' rollout timers hold the rewards
     copy_s = 0.0
     if scn.stack.rl_weight_restore or scn.stack.rl_weight_backup:
-        copy_s = memo.get("rl_weight_copy", scenario_key(scn, WEIGHT_COPY_READS, memo), lambda: weight_copy_s(scn))
+        copy_s = weight_copy_s(scn, memo)
     extras = train_path_extras(scn, len(lengths), side.tokens, sum(int(r) for r in rollout.response_lengths),
                                copy_s)
     fixed_s = scn.stack.rl_step_host_s + checkpoint_s(scn)

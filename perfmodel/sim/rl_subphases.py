@@ -30,9 +30,10 @@ from dataclasses import dataclass
 
 from perfmodel.cost.comm import host_copy_s
 from perfmodel.cost.compute import memory_bound_time_s
-from perfmodel.cost.memory.training import training_memory
+from perfmodel.cost.memory.training import memoized_training_memory
 from perfmodel.cost.serve.weight_update import DISK_WRITE_BYTES_PER_S
 from perfmodel.inputs.scenario import Scenario
+from perfmodel.memo import Memo
 
 ADVANTAGE_HBM_BYTES_PER_TOKEN = 32.0
 """Assumption: the advantage computation reads and writes about eight fp32 values per response token (log-probs,
@@ -63,9 +64,9 @@ def data_to_trainer_s(scn: Scenario, samples: int, tokens: int) -> float:
     return samples * st.rl_sample_host_s + tokens * st.rl_token_bytes / st.rl_host_bytes_per_s
 
 
-def weight_copy_s(scn: Scenario) -> float:
+def weight_copy_s(scn: Scenario, memo: Memo | None = None) -> float:
     """One copy of a training GPU's local weights (the worst pipeline rank) between the GPU and pinned host memory."""
-    return host_copy_s(scn.hardware, training_memory(scn).weights_bytes)
+    return host_copy_s(scn.hardware, memoized_training_memory(scn, memo if memo is not None else Memo()).weights_bytes)
 
 
 def weight_restore_s(scn: Scenario, copy_s: float | None = None) -> float:

@@ -84,8 +84,8 @@ def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec
     candidates of one worker (memory of identical training sides, chunk costs, rollouts). `length_samples` > 1
     (an RL run): the step again with the response lengths drawn that many times (the rollout's seed), and their
     90th percentile as `step_time_p90_s`."""
-    from perfmodel.cost.memory.rollout import rollout_memory
-    from perfmodel.cost.memory.training import training_memory
+    from perfmodel.cost.memory.rollout import memoized_rollout_memory
+    from perfmodel.cost.memory.training import memoized_training_memory
     from perfmodel.inputs.run import RunSpec
     from perfmodel.inputs.scenario import build_scenario
     from perfmodel.predict import simulate_scenario
@@ -97,10 +97,7 @@ def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec
     except ValueError as err:  # pydantic, for values the enumeration should not produce
         return {"status": "pruned", "reason": f"invalid: {' '.join(str(err).split())[:160]}"}
     memo = memo if memo is not None else Memo()
-    # candidates that differ only on the rollout side share the training memory (hw and model live as long as
-    # the memo: they key by identity)
-    mem = memo.get("train_memory", (id(hw), id(model), scn.run.kind, scn.run.train, scn.run.train_gpus),
-                   lambda: training_memory(scn))
+    mem = memoized_training_memory(scn, memo)  # shared by candidates that differ only on the rollout side
     row: dict[str, Any] = {"mem_train_bytes": mem.total_bytes, "mem_train_capacity_bytes": mem.capacity_bytes,
                            "mem_train_weights_bytes": mem.weights_bytes, "mem_train_grads_bytes": mem.grads_bytes,
                            "mem_train_optimizer_bytes": mem.optimizer_bytes,
@@ -111,8 +108,7 @@ def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec
         return row | {"status": "pruned", "reason": f"training memory {mem.total_bytes / 1e9:.0f} GB > "
                       f"{mem.capacity_bytes / 1e9:.0f} GB per GPU"}
     if scn.run.rl is not None:
-        rmem = memo.get("rollout_memory", (id(hw), id(model), scn.run.rl.rollout, scn.run.rl.rollout_gpus),
-                        lambda: rollout_memory(scn))
+        rmem = memoized_rollout_memory(scn, memo)
         row |= {"mem_rollout_bytes": rmem.total_bytes, "mem_rollout_capacity_bytes": rmem.capacity_bytes}
         if not rmem.fits:
             return row | {"status": "pruned", "reason": f"rollout memory: {rmem.summary()}"}

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 from perfmodel.cost.dtypes import BF16, FP8_BLOCK_WEIGHT_BYTES, FP32
 from perfmodel.cost.params import attention_params_local, ffn_params_local
+from perfmodel.inputs.keys import Reads, scenario_key
 from perfmodel.inputs.model import LayerSpec, ModelSpec
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.invariants import check_parts_non_negative
+from perfmodel.memo import Memo
 
 GB = 1e9
 
@@ -159,6 +161,15 @@ def rollout_weights_bytes(model: ModelSpec, precision: str, tp: int, ep: int, at
     head = model.vocab_size * model.hidden_size * (0 if model.tie_word_embeddings else 1)
     total += BF16 * ((model.embedding_params() + head) / tp + model.final_params)
     return total
+
+
+# What an engine GPU's memory reads of the scenario (the key derived from it: perfmodel/inputs/keys.py).
+ROLLOUT_MEMORY_READS = Reads("rollout_memory_key", run=("rl.rollout", "rl.rollout_gpus"))
+
+
+def memoized_rollout_memory(scn: Scenario, memo: Memo) -> RolloutMemory:
+    """`rollout_memory(scn)`, reused through the caller's memo by what it reads."""
+    return memo.get("rollout_memory", scenario_key(scn, ROLLOUT_MEMORY_READS, memo), lambda: rollout_memory(scn))
 
 
 def rollout_memory(scn: Scenario, include_mtp: bool = False) -> RolloutMemory:

@@ -34,9 +34,11 @@ from perfmodel.cost.params import (
     params_on_rank,
     stages_on_rank,
 )
+from perfmodel.inputs.keys import Reads, scenario_key
 from perfmodel.inputs.model import AttentionSpec, FFNSpec, LayerSpec
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.invariants import check_parts_non_negative
+from perfmodel.memo import Memo
 
 GiB = 1024**3
 GB = 1e9
@@ -320,6 +322,17 @@ def _process_groups(scn: Scenario) -> int:
     lay = scn.layout
     sizes = (lay.tp, lay.cp, scn.dp * lay.cp, lay.ep * lay.etp, scn.expert_dp, lay.pp)
     return sum(s > 1 for s in sizes)
+
+
+# What a training rank's memory reads of the scenario (the key derived from it: perfmodel/inputs/keys.py); the
+# sweep's pruning, the weight update's parking and the weight copies share one memoized breakdown per layout.
+TRAINING_MEMORY_READS = Reads("training_memory_key", run=("kind", "gpus", "train_gpus", "train", "rl.algorithm"),
+                              stack_parts=("train",), stack_knobs=("memory_saver",))
+
+
+def memoized_training_memory(scn: Scenario, memo: Memo) -> MemoryBreakdown:
+    """`training_memory(scn)`, reused through the caller's memo by what it reads."""
+    return memo.get("training_memory", scenario_key(scn, TRAINING_MEMORY_READS, memo), lambda: training_memory(scn))
 
 
 def training_memory(

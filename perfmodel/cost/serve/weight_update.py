@@ -66,8 +66,8 @@ from dataclasses import dataclass, field
 from perfmodel.cost.comm import GroupPlacement, all_gather_s, broadcast_s, group_placement, host_copy_s
 from perfmodel.cost.compute import hbm_rate
 from perfmodel.cost.dtypes import FP8_BLOCK_WEIGHT_BYTES
-from perfmodel.cost.memory.rollout import rollout_memory
-from perfmodel.cost.memory.training import training_memory
+from perfmodel.cost.memory.rollout import memoized_rollout_memory
+from perfmodel.cost.memory.training import memoized_training_memory
 from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.inputs.keys import Reads, scenario_key
@@ -285,10 +285,9 @@ def weight_update_params_for(scn: Scenario) -> WeightUpdateParams:
     return wp
 
 
-# The update's two costly inputs, each keyed by what it reads (perfmodel/inputs/keys.py): the model's parameters by
-# pipeline stage, and the engines' weights per GPU. A sweep prices them once per layout / per engine, not per plan.
+# The update's costly inputs, each memoized by what it reads (perfmodel/inputs/keys.py): the model's parameters by
+# pipeline stage, the trainer's and the engines' memory. A sweep prices them per layout and engine, not per plan.
 STAGE_PARAMS_READS = Reads("wu_stage_params_key", run=("train.layout", "train.pipeline_layers", "train.schedule"))
-ROLLOUT_WEIGHTS_READS = Reads("wu_rollout_weights_key", run=("rl",))
 
 
 def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None,
@@ -319,7 +318,7 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None,
     after: dict[str, float] = {}
     offload_bytes = 0.0
     if colocated and scn.stack.memory_saver:
-        offload_bytes = training_memory(scn).parked_bytes  # worst pipeline rank
+        offload_bytes = memoized_training_memory(scn, memo).parked_bytes  # worst pipeline rank
         parts["trainer_sleep_s"] = wp.trainer_sleep_fixed_s + host_copy_s(hw, offload_bytes)
         parts["engine_wake_weights_s"] = wp.engine_wake_s / 2
         after["engine_sleep_s"] = wp.engine_sleep_s
@@ -355,8 +354,7 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None,
     parts["tensors_s"] = p.tensors * scn.stack.weight_update_tensor_s
     parts["link_s"] = link
 
-    rollout_weights = memo.get("wu_rollout_weights", scenario_key(scn, ROLLOUT_WEIGHTS_READS, memo),
-                               lambda: rollout_memory(scn).weights_bytes)
+    rollout_weights = memoized_rollout_memory(scn, memo).weights_bytes
     parts["post_process_s"] = wp.post_process_fixed_s + 2.0 * rollout_weights / hbm_rate(hw)
     parts["resume_s"] = wp.resume_s + (wp.engine_wake_s / 2 if colocated else 0.0)
 
