@@ -16,8 +16,9 @@ from perfmodel.inputs.scenario import build_scenario
 from perfmodel.invariants import PhysicsError, check_rl_step
 from perfmodel.predict import simulate_run
 from perfmodel.sim.train import TrainStepResult
+from tests.conftest import REPO
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = REPO / "tests" / "data"
 REPRO = DATA / "gpt3-175b-a100-interleaved.yaml"
 PEAK = 312e12
 
