@@ -132,7 +132,7 @@ def _dsv4(b: Builder, a: AttentionSpec, s: Shard) -> None:
     kv_entries = s.tokens  # latent KV rows (window source)
     cp_bytes = s.cp * s.sequences * w * hd * ACT_BYTES  # window boundary from the neighbouring rank
     if ratio:
-        coff = 2 if ratio == 4 else 1  # overlapping windows for ratio 4 (model.py _compressor_params)
+        coff = 2 if ratio == 4 else 1  # overlapping windows for ratio 4 (inputs/model_spec.py _compressor_params)
         b.gemm("compressor_kv_gate", rows, coff * hd, h, batch=2, dtype=prec)
         b.mem("compressor_pool", rows * 2 * coff * hd * ACT_BYTES + rows / ratio * hd * ACT_BYTES)
         kv_entries = s.tokens / ratio
