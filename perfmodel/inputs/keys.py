@@ -26,16 +26,12 @@ if TYPE_CHECKING:
 
 
 def freeze(value: Any) -> Hashable:
-    """A hashable image of a value with every field of its pydantic models and dataclasses, recursively."""
-    if isinstance(value, BaseModel):
-        return (type(value).__name__, *((k, freeze(getattr(value, k))) for k in type(value).model_fields))
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return (type(value).__name__, *((f.name, freeze(getattr(value, f.name))) for f in dataclasses.fields(value)))
+    """A hashable image of a plain value: dicts and sequences of numbers and strings, recursively (the hardware
+    profile's fields, a run's scalar fields; a spec section is keyed by its JSON, `_section`)."""
     if isinstance(value, dict):
         return tuple(sorted((str(k), freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple, set, frozenset)):
-        items = [freeze(v) for v in value]
-        return tuple(sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items)
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
     return value
 
 
