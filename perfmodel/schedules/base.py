@@ -14,14 +14,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-OpKind = Literal["F", "B", "W", "BW"]
+OpKind = Literal["F", "B", "W", "BW", "FB"]
 
 
 @dataclass(frozen=True, slots=True)
 class Op:
+    """One op of a rank's order. "FB" is a forward (mb, chunk) and a full backward (b_mb, b_chunk) run as one
+    overlapped pair (DualPipe's F&B): it starts when both inputs are there and hands both results on at its end."""
+
     kind: OpKind
     mb: int
     chunk: int  # model chunk on this rank (0 .. chunks-1)
+    b_mb: int = -1  # "FB" only: the backward's micro-batch and chunk
+    b_chunk: int = -1
 
 
 class ScheduleError(ValueError):
@@ -38,8 +43,6 @@ class Schedule:
     name: ClassVar[str] = ""
     split_backward: ClassVar[bool] = False  # B and W as separate ops
     defer_w: ClassVar[bool] = False  # W may fill waits (zero bubble)
-    overlaps_ep_comm: ClassVar[bool] = False  # F&B pairs hide the EP all-to-all (DualPipe)
-    greedy: ClassVar[bool] = False  # False: run rank_ops in order; True: pick ready ops by priority
     parameter_copies: ClassVar[int] = 1  # copies of its chunks' parameters a rank keeps (DualPipe: 2)
     min_pp: ClassVar[int] = 1  # the sweep enumerates this schedule from this pipeline size on
 
@@ -117,9 +120,6 @@ class Schedule:
 
     def virtual_stage(self, rank: int, chunk: int) -> int:
         return chunk * self.pp + rank  # stages_on_rank's placement, without the list (the engine's hot path)
-
-    def inflight_limit(self, rank: int) -> int:
-        return 1 << 30
 
     def forward_order(self) -> list[tuple[int, int]]:
         """(micro-batch, chunk) of a forward-only pass, in the order a rank runs them."""

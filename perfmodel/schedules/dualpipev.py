@@ -1,21 +1,22 @@
 """DualPipeV (DeepSeek / Sea AI Lab, the "cut-in-half" DualPipe of the DeepSeek-V3 report, arXiv 2412.19437
 Sec. 3.2.1, and deepseek-ai/DualPipe): each rank holds two chunks in a V, virtual stages r and 2p-1-r, so the first
 and the last stage sit on rank 0 (embedding and head both there) and the turn at stage p-1 -> p needs no transfer.
-Micro-batches feed both legs of the V; F&B pairs overlap one micro-batch's EP all-to-all with another's compute;
-split W is deferred into the waits. Its bubble, with 2p chunks on p ranks, is (p-1)(F&B + B - 3W) (the README's
-table, (PP/2-1)(F&B+B-3W) with PP the chunk count): tests/schedules/test_dualpipev.py checks it."""
+Each rank runs the eight steps of `DualPipeV.step` (deepseek-ai/DualPipe, dualpipe/dualpipev.py) in their order:
+forward pairs F&B run as one op (a forward of one leg and a full backward of the other, their EP all-to-all
+hidden under each other's compute), zero-bubble backwards queue their W for the explicit weight steps. Its
+bubble, with 2p chunks on p ranks, is the README's (PP/2-1)(F&B+B-3W) with PP = 2p: tests/schedules/
+test_dualpipev.py checks the simulated order against it."""
 
 from __future__ import annotations
+
+from collections import deque
 
 from perfmodel.schedules.base import Op, Schedule
 
 
 class DualPipeV(Schedule):
     name = "dualpipev"
-    split_backward = True
-    defer_w = True
-    overlaps_ep_comm = True
-    greedy = True  # ops picked by readiness and priority (B before F, later leg first), not a fixed list
+    split_backward = True  # W apart, at the weight steps of its order (never pulled into a wait)
     min_pp = 2  # a V needs two ranks
 
     @classmethod
@@ -48,13 +49,62 @@ class DualPipeV(Schedule):
     def virtual_stage(self, rank: int, chunk: int) -> int:
         return rank if chunk == 0 else 2 * self.pp - 1 - rank
 
-    def inflight_limit(self, rank: int) -> int:
-        # DualPipe keeps PP+1 micro-batches of activations per device (README table); a chunk is half a rank's
-        # layers, so count in chunk activations.
-        return 2 * (self.pp + 1)
-
     def rank_ops(self, rank: int) -> list[Op]:
-        ops = [Op("F", i, c) for c in (0, 1) for i in range(self.m)]
-        ops += [Op("B", i, c) for c in (1, 0) for i in range(self.m)]
-        ops += [Op("W", i, c) for c in (1, 0) for i in range(self.m)]
+        """`DualPipeV.step`'s steps 1-8 for this rank; a backward is full ("BW") unless zero bubble is on for
+        it ("B", its W queued, run first-in first-out by the weight steps)."""
+        p, m = self.pp, self.m
+        ops: list[Op] = []
+        next_f, next_b = [0, 0], [0, 0]
+        queued_w: deque[Op] = deque()
+
+        def fwd(c: int) -> None:
+            ops.append(Op("F", next_f[c], c))
+            next_f[c] += 1
+
+        def bwd(c: int, zero_bubble: bool = False) -> None:
+            ops.append(Op("B" if zero_bubble else "BW", next_b[c], c))
+            if zero_bubble:
+                queued_w.append(Op("W", next_b[c], c))
+            next_b[c] += 1
+
+        def fwd_bwd(cf: int, cb: int) -> None:
+            ops.append(Op("FB", next_f[cf], cf, next_b[cb], cb))
+            next_f[cf] += 1
+            next_b[cb] += 1
+
+        def weight() -> None:
+            ops.append(queued_w.popleft())
+
+        for _ in range(2 * (p - rank - 1)):  # 1: nF0
+            fwd(0)
+        for _ in range(rank + 1):  # 2: nF0F1
+            fwd(0)
+            fwd(1)
+        for _ in range(p - rank - 1):  # 3: nB1W1F1, zero bubble
+            bwd(1, True)
+            weight()
+            fwd(1)
+        for i in range(m - 2 * p + rank + 1):  # 4 (main): nF0B1F1B0
+            if i == 0 and rank == p - 1:  # the last rank does not overlap its first pair
+                fwd(0)
+                bwd(1)
+            else:
+                fwd_bwd(0, 1)
+            fwd_bwd(1, 0)
+        for _ in range(p - rank - 1):  # 5: nB1F1B0
+            bwd(1)
+            fwd_bwd(1, 0)
+        zero_bubble = False
+        for i in range(rank + 1):  # 6: nB1B0, the second half zero bubble
+            if i == (rank + 1) // 2 and rank % 2 == 1:
+                zero_bubble = True
+            bwd(1, zero_bubble)
+            if i == (rank + 1) // 2 and rank % 2 == 0:
+                zero_bubble = True
+            bwd(0, zero_bubble)
+        for _ in range(p - rank - 1):  # 7: nWB0, zero bubble
+            weight()
+            bwd(0, True)
+        while queued_w:  # 8: nW
+            weight()
         return ops

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from perfmodel.names import EP_COMM
 from perfmodel.schedules import Op, Schedule
 from perfmodel.trace import Span
 
@@ -114,13 +115,24 @@ def run_pipeline(
         else:
             env.timeout(delay).callbacks.append(lambda _e, ev=ev: ev.succeed())
 
-    def dependency(rank: int, op: Op) -> simpy.Event | None:
+    def dependencies(rank: int, op: Op) -> list[simpy.Event]:
         vs = schedule.virtual_stage(rank, op.chunk)
         if op.kind == "F":
-            return f_in[vs][op.mb]
+            return [f_in[vs][op.mb]]
         if op.kind in ("B", "BW"):
-            return g_in[vs][op.mb]
-        return None  # W: its B ran earlier on this rank
+            return [g_in[vs][op.mb]]
+        if op.kind == "FB":
+            return [f_in[vs][op.mb], g_in[schedule.virtual_stage(rank, op.b_chunk)][op.b_mb]]
+        return []  # W: its B ran earlier on this rank
+
+    def hand_on(rank: int, kind: str, vs: int, mb: int) -> None:
+        if kind == "F":
+            if vs + 1 < n_vs:
+                deliver(f_in[vs + 1][mb], 0.0 if owner[vs + 1] == rank else p2p_s(vs))
+            elif not g_in[vs][mb].triggered:
+                g_in[vs][mb].succeed()  # the loss is computed: backward of the last stage may start
+        elif kind in ("B", "BW") and vs > 0:
+            deliver(g_in[vs - 1][mb], 0.0 if owner[vs - 1] == rank else p2p_s(vs - 1))
 
     def execute(rank: int, op: Op):
         vs = schedule.virtual_stage(rank, op.chunk)
@@ -129,113 +141,70 @@ def run_pipeline(
         start = env.now
         counter[0] += 1
         if op.kind == "F":
-            dur = t.f_s
-            comm = t.f_comm_s
+            dur, comm = t.f_s, t.f_comm_s
             st.add("forward", dur - sum(comm.values()))
         elif op.kind == "W":
             dur, comm = t.w_s, {}
             st.add("weight_grad", dur)
         else:
-            dur = t.b_s + (t.w_s if op.kind == "BW" else 0.0)
-            comm = t.b_comm_s
-            st.add("recompute", t.recompute_s)
-            st.add("backward", dur - t.recompute_s - sum(comm.values()))
+            bt = times(schedule.virtual_stage(rank, op.b_chunk), op.b_mb) if op.kind == "FB" else t
+            dur = bt.b_s + (bt.w_s if op.kind != "B" else 0.0)
+            comm = bt.b_comm_s
+            st.add("recompute", bt.recompute_s)
+            st.add("backward", dur - bt.recompute_s - sum(comm.values()))
+            if op.kind == "FB":
+                # DualPipe's pair: each half's EP all-to-all runs under the other half's compute; what is left
+                # over stays exposed.
+                f_compute = t.f_s - sum(t.f_comm_s.values())
+                b_compute = dur - sum(comm.values())
+                f_ep = max(0.0, t.f_comm_s.get(EP_COMM, 0.0) - b_compute)
+                b_ep = max(0.0, comm.get(EP_COMM, 0.0) - f_compute)
+                comm = {k: t.f_comm_s.get(k, 0.0) + comm.get(k, 0.0) for k in {*t.f_comm_s, *comm}}
+                if EP_COMM in comm:
+                    comm[EP_COMM] = f_ep + b_ep
+                st.add("forward", f_compute)
+                dur = f_compute + b_compute + sum(comm.values())
         for kind, c in comm.items():
             st.add(f"comm:{kind}", c)
         yield env.timeout(dur)
         if record_trace:
             label = f"{op.kind}{op.mb}" + (f".{op.chunk}" if schedule.chunks > 1 else "")
+            if op.kind == "FB":
+                label = f"F{op.mb}.{op.chunk}&B{op.b_mb}.{op.b_chunk}"
             comm_total = sum(comm.values())
             trace.append(TraceEvent(rank, label, start, dur - comm_total, "compute", {"stage": vs, "mb": op.mb}))
             if comm_total > 0:
                 trace.append(TraceEvent(rank, "+".join(comm), start + dur - comm_total, comm_total, "comm",
                                         {k: v for k, v in comm.items()}))
-        # hand the result on
-        if op.kind == "F":
-            if vs + 1 < n_vs:
-                deliver(f_in[vs + 1][op.mb], 0.0 if owner[vs + 1] == rank else p2p_s(vs))
-            elif not g_in[vs][op.mb].triggered:
-                g_in[vs][op.mb].succeed()  # the loss is computed: backward of the last stage may start
-        elif op.kind in ("B", "BW") and vs > 0:
-            deliver(g_in[vs - 1][op.mb], 0.0 if owner[vs - 1] == rank else p2p_s(vs - 1))
+        if op.kind == "FB":  # the pair hands both results on at its end
+            hand_on(rank, "F", vs, op.mb)
+            hand_on(rank, "BW", schedule.virtual_stage(rank, op.b_chunk), op.b_mb)
+        else:
+            hand_on(rank, op.kind, vs, op.mb)
 
     def rank_proc(rank: int):
         ops = schedule.rank_ops(rank)
-        if all(op.kind == "F" for op in ops):  # forward-only pass: nothing flows back
-            for op in ops:
-                dep = f_in[schedule.virtual_stage(rank, op.chunk)][op.mb]
-                if not dep.triggered:
-                    yield dep
-                yield from execute(rank, op)
-            stats[rank].end_s = env.now
-            return
         w_ready: deque[Op] = deque()
         w_done: set[tuple[int, int]] = set()
-        if not schedule.greedy:
-            for op in ops:
-                if op.kind == "W":
-                    if (op.mb, op.chunk) in w_done:
-                        continue
-                    yield from execute(rank, op)
-                    w_done.add((op.mb, op.chunk))
-                    if schedule.defer_w:
-                        w_ready.remove(op)
+        for op in ops:
+            if op.kind == "W":
+                if (op.mb, op.chunk) in w_done:
                     continue
-                dep = dependency(rank, op)
-                while dep is not None and not dep.triggered and schedule.defer_w and w_ready:
+                yield from execute(rank, op)
+                w_done.add((op.mb, op.chunk))
+                if schedule.defer_w:
+                    w_ready.remove(op)
+                continue
+            for dep in dependencies(rank, op):
+                while not dep.triggered and schedule.defer_w and w_ready:
                     w = w_ready.popleft()
                     yield from execute(rank, w)
                     w_done.add((w.mb, w.chunk))
-                if dep is not None and not dep.triggered:
+                if not dep.triggered:
                     yield dep
-                yield from execute(rank, op)
-                if op.kind == "B" and schedule.defer_w:
-                    w_ready.append(Op("W", op.mb, op.chunk))
-            stats[rank].end_s = env.now
-            return
-        # Greedy: ready ops by priority (B of the later leg first, then B, then F of the later leg, then F).
-        chunks = schedule.chunks
-        next_f = [0] * chunks
-        next_b = [0] * chunks
-        inflight = 0
-        limit = schedule.inflight_limit(rank)
-        total_fb = 2 * m * chunks
-        done_fb = 0
-        while done_fb < total_fb:
-            pick: Op | None = None
-            for c in range(chunks - 1, -1, -1):
-                if next_b[c] < next_f[c] and g_in[schedule.virtual_stage(rank, c)][next_b[c]].triggered:
-                    pick = Op("B" if schedule.split_backward else "BW", next_b[c], c)
-                    break
-            if pick is None:
-                # The in-flight cap only holds back new micro-batches (chunk 0); later legs always proceed.
-                for c in range(chunks - 1, -1 if inflight < limit else 0, -1):
-                    if next_f[c] < m and f_in[schedule.virtual_stage(rank, c)][next_f[c]].triggered:
-                        pick = Op("F", next_f[c], c)
-                        break
-            if pick is None:
-                if w_ready:
-                    w = w_ready.popleft()
-                    yield from execute(rank, w)
-                    continue
-                waits = [g_in[schedule.virtual_stage(rank, c)][next_b[c]] for c in range(chunks)
-                         if next_b[c] < next_f[c]]
-                waits += [f_in[schedule.virtual_stage(rank, c)][next_f[c]] for c in range(chunks)
-                          if next_f[c] < m and (c > 0 or inflight < limit)]
-                yield env.any_of(waits)
-                continue
-            yield from execute(rank, pick)
-            done_fb += 1
-            if pick.kind == "F":
-                next_f[pick.chunk] += 1
-                inflight += 1
-            else:
-                next_b[pick.chunk] += 1
-                inflight -= 1
-                if schedule.split_backward:
-                    w_ready.append(Op("W", pick.mb, pick.chunk))
-        while w_ready:
-            yield from execute(rank, w_ready.popleft())
+            yield from execute(rank, op)
+            if op.kind == "B" and schedule.defer_w:
+                w_ready.append(Op("W", op.mb, op.chunk))
         stats[rank].end_s = env.now
 
     procs = [env.process(rank_proc(r)) for r in range(pp)]

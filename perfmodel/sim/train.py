@@ -22,7 +22,6 @@ from perfmodel.cost.train.stage import (
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.invariants import check_train_step
 from perfmodel.memo import Memo
-from perfmodel.names import EP_COMM
 from perfmodel.schedules import ForwardOnly, Schedule, make_schedule
 from perfmodel.sim.pipeline import OpTimes, PipelineResult, TraceEvent, run_pipeline
 
@@ -104,12 +103,10 @@ class TrainStepResult:
 
 
 def _op_times(cost: ChunkCost, schedule: Schedule) -> OpTimes:
+    # DualPipe's overlap of one micro-batch's all-to-all with another's compute is the pipeline engine's: it
+    # happens in the F&B pairs of the schedule's order, not in the ops that run alone.
     f_comm = dict(cost.fwd_comm_s)
     b_comm = dict(cost.bwd_comm_s)
-    if schedule.overlaps_ep_comm:
-        # DualPipe overlaps one micro-batch's all-to-all with another's compute: only the excess stays exposed.
-        f_comm[EP_COMM] = max(0.0, f_comm.get(EP_COMM, 0.0) - cost.fwd_compute_s)
-        b_comm[EP_COMM] = max(0.0, b_comm.get(EP_COMM, 0.0) - cost.bwd_input_s - cost.bwd_weight_s)
     f_s = cost.fwd_compute_s + sum(f_comm.values())
     b_core = cost.recompute_s + cost.bwd_input_s + sum(b_comm.values())
     if schedule.split_backward:
