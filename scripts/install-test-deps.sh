@@ -35,11 +35,11 @@ else
 fi
 [ -n "$(browser)" ] && step "    browser: $(browser)"
 
-step "2/2 Python packages: perfmodel[test,exec,report,ray] (SGLang 0.5.23 with torch 2.14.1 about 10 GB, \
-megatron-core, Ray, kaleido); pip names each package as it fetches it"
+step "2/2 Python packages: perfmodel[test,exec,report,ray,kernels] (SGLang 0.5.23 with torch 2.14.1 about 10 GB, \
+megatron-core, Ray, kaleido, aiconfigurator-core); pip names each package as it fetches it"
 progress=()
 [ -t 1 ] || progress=(--progress-bar off)  # logs: one line per package, no bars
-python3 -m pip install "${progress[@]}" -e ".[test,exec,report,ray]" \
+python3 -m pip install "${progress[@]}" -e ".[test,exec,report,ray,kernels]" \
   | { grep --line-buffered -vE "^Requirement already satisfied" || true; }  # pipefail: pip's failure stops here
 versions="$(python3 -c 'import importlib.metadata as m; print(", ".join(d + " " + m.version(d) for d in
   ("perfmodel", "torch", "sglang", "megatron-core", "ray", "kaleido")))')"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from perfmodel.commands import calibrate, check, hardware, models, report, simulate, sweep, validate
+from perfmodel.commands import calibrate, check, hardware, kernels, models, report, simulate, sweep, validate
 
 # The order is the order `perfmodel --help` lists them in.
-COMMANDS: tuple[ModuleType, ...] = (validate, models, hardware, check, simulate, sweep, report, calibrate)
+COMMANDS: tuple[ModuleType, ...] = (validate, models, hardware, check, simulate, sweep, report, calibrate, kernels)

@@ -22,6 +22,7 @@ from perfmodel.cost.dtypes import FP8_BLOCK, FP8_BLOCK_WEIGHT_BYTES
 from perfmodel.cost.memory.rollout import rollout_memory
 from perfmodel.cost.params import params_by_role
 from perfmodel.errors import InputError
+from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.inputs.scenario import Scenario
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -166,6 +167,33 @@ class KVComponent:
     label: str
 
 
+@dataclass(frozen=True, slots=True)
+class EngineRates:
+    """The rates an engine forward runs at on one GPU (before the stack's calibration scale)."""
+
+    hbm_bytes_per_s: float
+    gemm_flops_per_s: float  # DECODE_GEMM_CURVE off: the large-GEMM rate, no shape factor (floors price launches)
+    attn_flops_per_s: float  # attention math in BF16, flash-style, below the GEMM rate (perfmodel.cost.compute)
+
+
+def engine_rates(hw: HardwareProfile, precision: str, scale: float = 1.0) -> EngineRates:
+    gemm_dtype = "fp8" if precision == "fp8" else "bf16"
+    return EngineRates(hbm_rate(hw) / scale, gemm_rate(hw, gemm_dtype, None, shape_factor=False) / scale,
+                       gemm_rate(hw, "bf16", None, shape_factor=False) * ATTENTION_FWD_REL_EFFICIENCY / scale)
+
+
+def gqa_kv_entry(head_dim: int, kv_heads_per_gpu: float, heads_per_gpu: float, kv_dtype: str) -> tuple[float, float]:
+    """(bytes, FLOPs) one decode query spends per cached token of a GQA/MHA layer: K and V read, QK and PV."""
+    return 2.0 * head_dim * kv_heads_per_gpu * _kv_elem_bytes(kv_dtype), 4.0 * heads_per_gpu * head_dim
+
+
+def experts_hit(experts: int, top_k: int, tokens: float) -> float:
+    """Expected distinct experts hit when `tokens` tokens each route top-k of `experts` (uniform)."""
+    if not experts:
+        return 0.0
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
 class EngineCost:
     """Per-GPU cost of one engine (scheduler) forward. Built once per scenario; `decode_base(B)` is cached."""
 
@@ -182,12 +210,8 @@ class EngineCost:
         self.compute_scale = scale = scn.stack.rollout_compute_scale
         self.request_host_s = scn.stack.rollout_request_host_s  # once per request (admission, prefill)
         self.token_host_s = scn.stack.rollout_token_host_s  # per request per decode step
-        self.bw = hbm_rate(hw) / scale
-        gemm_dtype = "fp8" if ro.precision == "fp8" else "bf16"
-        # DECODE_GEMM_CURVE off: the profile's large-GEMM rate, no shape factor (the kernel floor prices launches)
-        self.peak_gemm = gemm_rate(hw, gemm_dtype, None, shape_factor=False) / scale
-        # attention math runs in BF16, flash-style, below the GEMM rate (perfmodel.cost.compute)
-        self.peak_attn = gemm_rate(hw, "bf16", None, shape_factor=False) * ATTENTION_FWD_REL_EFFICIENCY / scale
+        rates = engine_rates(hw, ro.precision, scale)
+        self.bw, self.peak_gemm, self.peak_attn = rates.hbm_bytes_per_s, rates.gemm_flops_per_s, rates.attn_flops_per_s
         # engine groups on consecutive GPUs: attention TP, the whole engine (MoE all-reduce), EP (stride moe_tp)
         self.attn_group = placement_from_stride(hw, g.attn_tp, 1)
         self.unit_group = placement_from_stride(hw, g.unit_gpus, 1)
@@ -264,10 +288,9 @@ class EngineCost:
                 e = _latent_entry_bytes(c, rope, kvd)
                 add(1.0, math.inf, e, 2.0 * hpr * (c + rope + c), "mla")
             else:
-                kv_per_gpu = max(1.0, a.num_kv_heads / g.attn_tp)
-                e = 2.0 * a.head_dim * kv_per_gpu * _kv_elem_bytes(kvd)
+                e, fl = gqa_kv_entry(a.head_dim, max(1.0, a.num_kv_heads / g.attn_tp), hpr, kvd)
                 cap = float(a.sliding_window) if a.sliding_window else math.inf
-                add(1.0, cap, e, 4.0 * hpr * a.head_dim, "swa" if a.sliding_window else "full")
+                add(1.0, cap, e, fl, "swa" if a.sliding_window else "full")
         return tuple(KVComponent(r, c, v[0], v[1], lab) for (r, c, lab), v in acc.items())
 
     def kv_bytes(self, ctx: float) -> float:
@@ -299,10 +322,7 @@ class EngineCost:
     # -- forward costs --------------------------------------------------------------------------------------------
     def experts_hit(self, tokens: float) -> float:
         """Expected distinct experts hit per MoE layer when `tokens` tokens each route top-k of E (uniform)."""
-        e, k = self.num_experts, self.top_k
-        if not e:
-            return 0.0
-        return e * (1.0 - (1.0 - k / e) ** tokens)
+        return experts_hit(self.num_experts, self.top_k, tokens)
 
     def gemm_s(self, tokens: float) -> float:
         """Dense and routed-expert GEMMs of one forward over `tokens` tokens (weights read once)."""

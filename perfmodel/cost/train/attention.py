@@ -51,6 +51,17 @@ def mean_keys_per_query(
 # Attention
 
 
+def flash_core(rows: float, tokens: float, seq_len: int, heads: float, kv_heads: float, d: int, dv: int,
+               window: int = 0) -> tuple[float, float]:
+    """(FLOPs, HBM bytes) of a causal flash-attention forward on one GPU: `rows` queries of sequences of
+    `seq_len` against their keys (`tokens` of K/V read once), `heads` query and `kv_heads` K/V heads of dims
+    d (QK) and dv (PV). The training GQA core and `perfmodel kernels check` price with it."""
+    keys = mean_keys_per_query(seq_len, window)
+    flops = 2.0 * rows * keys * heads * (d + dv)
+    nbytes = (rows * heads * (d + dv) + tokens * kv_heads * (d + dv)) * ACT_BYTES
+    return flops, nbytes
+
+
 def materialized_core(b: Builder, s: Shard, heads_local: float, d: int, dv: int) -> None:
     """Unfused core attention (Megatron's local DotProductAttention, Korthikanti et al. 2022 section 4.1): per
     sequence and local head a batched QK^T GEMM writes the full s x s scores (masking happens after, so every
@@ -79,10 +90,7 @@ def _gqa(b: Builder, a: AttentionSpec, s: Shard) -> None:
     if s.attention_kernel == "materialized":
         materialized_core(b, s, hl, d, dv)
     else:
-        keys = mean_keys_per_query(s.seq_len, a.sliding_window)
-        flops = 2.0 * rows * keys * hl * (d + dv)
-        nbytes = (rows * hl * (d + dv) + s.tokens * kvl * (d + dv)) * ACT_BYTES
-        b.attn("core_attention", flops, nbytes)
+        b.attn("core_attention", *flash_core(rows, s.tokens, s.seq_len, hl, kvl, d, dv, a.sliding_window))
     b.gemm("o_proj", rows, h, hl * dv, dtype=prec)
     tp_block(b, s, h)
     kv_full = s.tokens * kvl * (d + dv) * ACT_BYTES

@@ -1,0 +1,223 @@
+"""Each measured kernel priced by the functions a step uses: the training GEMM and flash core, the engine's
+rates and per-kernel floor, the collectives of `cost/comm.py` and the EP dispatch of `cost/dispatch.py`.
+
+A lane is one way the model prices one kind of kernel: `gemm bf16` (the one GEMM function, training and
+serving alike), `attention_prefill train` (the training flash core) and `attention_prefill engine` (the engine's
+prefill attention) price the same rows two ways. A row goes to every lane of its op and variant.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from perfmodel.cost.comm import GroupPlacement, collective_s
+from perfmodel.cost.compute import attention_time_s, gemm_time_s, memory_bound_time_s, roofline_s
+from perfmodel.cost.dispatch import Dispatch, dispatch_s
+from perfmodel.cost.serve.engine import KERNEL_FLOOR_S, engine_rates, experts_hit, gqa_kv_entry
+from perfmodel.cost.train.attention import flash_core
+from perfmodel.cost.train.work import ACT_BYTES
+from perfmodel.inputs.hardware import HardwareProfile
+from perfmodel.kernels.table import KernelRow
+
+# The model's dtype for a table's: block-scaled FP8 and MXFP8 run at the FP8 peak (their scales are priced as the
+# FP8 GEMM's bytes); FP16 at BF16's. (FP32 appears only for collectives, priced by bytes.)
+MODEL_DTYPE = {"fp32": "bf16", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "mxfp8": "fp8",
+               "fp4": "fp4"}
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    name: str
+    op: str
+    variants: tuple[str, ...]
+    price: Callable[[KernelRow, HardwareProfile], float]
+    accepts: Callable[[KernelRow], bool] = lambda r: True
+
+
+def _gemm(r: KernelRow, hw: HardwareProfile) -> float:
+    # The GEMM kernel alone: training prices its FP8 casts as kernels of their own (cost/train/stage.py)
+    return gemm_time_s(hw, r.get("m"), r.get("n"), r.get("k"), MODEL_DTYPE[r.dtype], quantize=False)
+
+
+def _prefill_train(r: KernelRow, hw: HardwareProfile) -> float:
+    """The training GQA core (cost/train/attention.py flash_core): a fresh sequence, no cached prefix."""
+    b, seq, d = r.get("batch"), r.get("seq"), r.get("head_dim")
+    flops, nbytes = flash_core(float(b * seq), float(b * seq), seq, r.get("heads"), r.get("kv_heads"), d, d,
+                               r.get("window"))
+    return attention_time_s(hw, flops, nbytes, "bf16")
+
+
+def _keys(r: KernelRow, before: int, new: int) -> float:
+    """(query, key) pairs of `new` causal queries after `before` cached tokens, each capped by the window."""
+    w = r.get("window")
+
+    def upto(x: int) -> float:  # sum of min(p, w) for p = 1..x
+        return x * (x + 1) / 2.0 if not w or x <= w else w * (w + 1) / 2.0 + (x - w) * w
+
+    return upto(before + new) - upto(before)
+
+
+def _prefill_engine(r: KernelRow, hw: HardwareProfile) -> float:
+    """EngineCost.prefill_s: the causal (query, key) pairs' FLOPs at the engine's attention rate, plus one
+    kernel floor."""
+    rates = engine_rates(hw, "bf16")
+    _, entry_flops = gqa_kv_entry(r.get("head_dim"), r.get("kv_heads"), r.get("heads"), "bf16")
+    pairs = r.get("batch") * _keys(r, r.get("cached"), r.get("seq"))
+    return pairs * entry_flops / rates.attn_flops_per_s + KERNEL_FLOOR_S
+
+
+def _decode_engine(r: KernelRow, hw: HardwareProfile) -> float:
+    """EngineCost.attn_time: per request and cached token, the K/V read and its QK/PV on a roofline."""
+    rates = engine_rates(hw, "bf16")
+    kv_dtype = "fp8" if r.dtype in ("fp8", "fp8_block") else "bf16"
+    e, fl = gqa_kv_entry(r.get("head_dim"), r.get("kv_heads"), r.get("heads"), kv_dtype)
+    per_token = roofline_s(e, rates.hbm_bytes_per_s, fl, rates.attn_flops_per_s)
+    kv = min(r.get("kv_len"), r.get("window")) if r.get("window") else r.get("kv_len")
+    return r.get("batch") * kv * per_token + KERNEL_FLOOR_S
+
+
+def _moe_shape(r: KernelRow) -> tuple[float, float, float, int, float]:
+    """rows on this GPU, hidden, intermediate per GPU, local experts, tokens (balanced routing)."""
+    ep, tp = r.get("ep"), r.get("tp")
+    local = max(1, r.get("experts") // ep)
+    rows = r.get("tokens") * r.get("topk") / ep
+    return rows, float(r.get("hidden")), r.get("inter") / tp, local, float(r.get("tokens"))
+
+
+def _moe_train(r: KernelRow, hw: HardwareProfile) -> float:
+    """cost/train/layers.py `_moe`: gate-up and down grouped GEMMs over every local expert, the GLU between."""
+    rows, h, il, local, _ = _moe_shape(r)
+    dt = MODEL_DTYPE[r.dtype]
+    fc1 = gemm_time_s(hw, rows / local, 2 * il, h, dt, batch=local, quantize=False)
+    fc2 = gemm_time_s(hw, rows / local, h, il, dt, batch=local, quantize=False)
+    return fc1 + fc2 + memory_bound_time_s(hw, rows * (2 * il + il) * ACT_BYTES, kernels=1)
+
+
+def _moe_engine(r: KernelRow, hw: HardwareProfile) -> float:
+    """EngineCost.gemm_s, expert part: the weights of the experts hit read once, the FLOPs at the engine's GEMM
+    rate, on one roofline; plus the MoE kernels' floors (router top-k, align, two GEMMs, activation)."""
+    rows, h, il, local, tokens = _moe_shape(r)
+    dt = MODEL_DTYPE[r.dtype]
+    rates = engine_rates(hw, "fp8" if dt == "fp8" else "bf16")
+    w_bytes = 3 * h * il * (1.0 if dt == "fp8" else 2.0)
+    hit_local = experts_hit(r.get("experts"), r.get("topk"), tokens) / r.get("ep")
+    flops = 2.0 * rows * 3 * h * il
+    return roofline_s(hit_local * w_bytes, rates.hbm_bytes_per_s, flops, rates.gemm_flops_per_s) + 4 * KERNEL_FLOOR_S
+
+
+def _placement(r: KernelRow, hw: HardwareProfile) -> GroupPlacement:
+    nodes = max(1, r.get("nodes"))
+    per = max(1, math.ceil(r.world_size / nodes))
+    return GroupPlacement(r.world_size, min(per, r.world_size))
+
+
+def _collective(r: KernelRow, hw: HardwareProfile) -> float:
+    return collective_s(hw, r.op, float(r.get("bytes")), _placement(r, hw))  # type: ignore[arg-type]
+
+
+def _dispatch(r: KernelRow, hw: HardwareProfile) -> float:
+    """cost/dispatch.py: DeepEP-style deduplicated dispatch (FP8 in) or combine (BF16 out) of this GPU's tokens."""
+    elem = 1.0 if r.op == "ep_dispatch" and r.dtype in ("fp8", "fp8_block") else 2.0
+    d = Dispatch(r.get("tokens"), r.get("hidden"), r.get("topk"), r.get("experts"), elem, dedup=True)
+    return dispatch_s(hw, d, _placement(r, hw))
+
+
+LANES: tuple[Lane, ...] = (
+    *(Lane(f"gemm {dt}", "gemm", ("", "engine"), _gemm) for dt in ("bf16", "fp8", "fp8_block", "fp4")),
+    Lane("attention_prefill train", "attention_prefill", ("", "engine"), _prefill_train,
+         lambda r: r.get("cached") == 0),
+    Lane("attention_prefill engine", "attention_prefill", ("", "engine"), _prefill_engine),
+    Lane("attention_decode engine", "attention_decode", ("", "engine"), _decode_engine),
+    Lane("grouped_gemm train", "grouped_gemm", ("", "engine"), _moe_train),
+    Lane("grouped_gemm engine", "grouped_gemm", ("", "engine"), _moe_engine),
+    *(Lane(f"{op} nccl", op, ("",), _collective)
+      for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")),
+    Lane("all_reduce graph", "all_reduce", ("graph",), _collective),
+    Lane("ep_dispatch normal", "ep_dispatch", ("",), _dispatch),
+    Lane("ep_combine normal", "ep_combine", ("",), _dispatch),
+    Lane("ep_dispatch ll", "ep_dispatch", ("ll",), _dispatch),
+    Lane("ep_combine ll", "ep_combine", ("ll",), _dispatch),
+)
+LANE_NAMES = tuple(lane.name for lane in LANES)
+
+
+def lanes_for(row: KernelRow) -> list[Lane]:
+    out = []
+    for lane in LANES:
+        if lane.op != row.op or row.variant not in lane.variants or not lane.accepts(row):
+            continue
+        if lane.op == "gemm" and lane.name != f"gemm {_gemm_lane_dtype(row.dtype)}":
+            continue
+        out.append(lane)
+    return out
+
+
+def _gemm_lane_dtype(dtype: str) -> str:
+    return {"fp16": "bf16", "mxfp8": "fp8_block"}.get(dtype, dtype)
+
+
+def regime(row: KernelRow) -> str:
+    """small: M < 256 rows (tokens) or a message under 1 MiB; bulk: training-sized (M >= 2048 with N and K >= 1024,
+    a message of 64 MiB or more, 2048+ tokens per GPU); large: between."""
+    op = row.op
+    if op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        b = row.get("bytes")
+        return "small" if b < 2**20 else "bulk" if b >= 64 * 2**20 else "large"
+    if op == "gemm":
+        m, n, k = row.get("m"), row.get("n"), row.get("k")
+        return "small" if m < 256 else "bulk" if m >= 2048 and min(n, k) >= 1024 else "large"
+    tokens = {"attention_prefill": lambda: row.get("batch") * row.get("seq"),
+              "attention_decode": lambda: row.get("batch"),
+              }.get(op, lambda: row.get("tokens"))()
+    return "small" if tokens < 256 else "bulk" if tokens >= 2048 else "large"
+
+
+Term = tuple[str, float, str]
+
+
+def explain(lane: Lane, row: KernelRow, hw: HardwareProfile) -> list[Term]:
+    """The terms of one row's price in `lane`, ending with the price itself (the lane's own function: the terms
+    explain it, they do not recompute it)."""
+    total = lane.price(row, hw)
+    terms: list[Term] = []
+    if row.op == "gemm":
+        terms = _gemm_terms(row, hw)
+    elif row.op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        g = _placement(row, hw)
+        floor = (hw.collective_latency_scale_up_s if g.intra else hw.collective_latency_scale_out_s) \
+            if row.op != "all_to_all" else \
+            (hw.all_to_all_latency_scale_up_s if g.intra else hw.all_to_all_latency_scale_out_s)
+        terms = [("GPUs, per scale-up domain", g.size, f"x {g.gpus_per_node_in_group}"),
+                 ("per-call latency floor", floor * 1e6, "us"),
+                 ("bytes moved / bus bandwidth", (total - floor) * 1e6, "us"),
+                 ("bus bandwidth (nccl-tests busbw)", _busbw_gbs(row, total), "GB/s")]
+    return [*terms, ("price", total * 1e6, "us")]
+
+
+def _gemm_terms(row: KernelRow, hw: HardwareProfile) -> list[Term]:
+    from perfmodel.cost.compute import PRODUCTION_SHAPE_FACTOR, gemm_flops, gemm_hbm_bytes, hbm_rate
+
+    dt = MODEL_DTYPE[row.dtype]
+    m, n, k = row.get("m"), row.get("n"), row.get("k")
+    flops = gemm_flops(m, n, k)
+    curve = hw.gemm_curve(dt)
+    eff = curve.efficiency(flops)
+    nbytes = gemm_hbm_bytes(m, n, k, dt)
+    return [("FLOPs", flops, "FLOP"),
+            (f"peak {dt}", hw.peak(dt) / 1e12, "TFLOP/s"),
+            ("curve max efficiency", curve.max_efficiency, ""),
+            ("curve half_flops (the fixed cost)", curve.half_flops, "FLOP"),
+            ("efficiency at these FLOPs", eff, ""),
+            ("production shape factor", PRODUCTION_SHAPE_FACTOR, ""),
+            ("compute time", flops / (hw.peak(dt) * eff * PRODUCTION_SHAPE_FACTOR) * 1e6, "us"),
+            ("HBM bytes (A, B read; C written)", nbytes, "B"),
+            ("HBM rate", hbm_rate(hw) / 1e9, "GB/s"),
+            ("memory time", nbytes / hbm_rate(hw) * 1e6, "us")]
+
+
+def _busbw_gbs(row: KernelRow, time_s: float) -> float:
+    from perfmodel.cost.comm import bus_bandwidth_bytes_per_s
+
+    return bus_bandwidth_bytes_per_s(row.op, row.get("bytes"), row.world_size, time_s) / 1e9  # type: ignore[arg-type]

@@ -1,0 +1,161 @@
+"""`perfmodel kernels check` and `show`: tables read (the project's CSV and an aiconfigurator-core excerpt), every
+row priced by the functions a step uses, bad rows named without stopping the rest."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from perfmodel.cli import main
+from perfmodel.cost.comm import GroupPlacement, collective_s
+from perfmodel.cost.compute import gemm_time_s
+from perfmodel.inputs.hardware import load_hardware
+from perfmodel.kernels.check import check_rows
+from perfmodel.kernels.price import LANES, explain, lanes_for, regime
+from perfmodel.kernels.table import KernelRow, read_table, write_table
+from tests.conftest import REPO
+
+EXCERPT = REPO / "tests" / "data" / "kernels" / "aiconfigurator"
+AMD = REPO / "studies" / "kernels" / "amd"
+HEADER = "op,shape,dtype,backend,world_size,latency_us,hardware,source\n"
+
+
+def _row(op: str, shape: dict[str, int], dtype: str = "bf16", world: int = 1, us: float = 10.0,
+         hw: str = "h100-sxm", variant: str = "") -> KernelRow:
+    return KernelRow(op, shape, dtype, "test", world, us * 1e-6, hw, "test", variant=variant)
+
+
+def test_a_gemm_row_is_priced_by_the_training_gemm_function() -> None:
+    hw = load_hardware("h100-sxm")
+    row = _row("gemm", {"m": 4096, "n": 8192, "k": 8192})
+    (lane,) = lanes_for(row)
+    assert lane.name == "gemm bf16"
+    assert lane.price(row, hw) == pytest.approx(gemm_time_s(hw, 4096, 8192, 8192, "bf16", quantize=False))
+    terms = dict((t, v) for t, v, _ in explain(lane, row, hw))
+    assert terms["price"] == pytest.approx(max(terms["compute time"], terms["memory time"]))
+
+
+def test_a_collective_row_is_priced_by_the_step_collective_and_explained() -> None:
+    hw = load_hardware("h100-sxm")
+    row = _row("all_reduce", {"bytes": 2**26}, world=8)
+    (lane,) = lanes_for(row)
+    t = lane.price(row, hw)
+    assert t == pytest.approx(collective_s(hw, "all_reduce", 2.0**26, GroupPlacement(8, 8)))
+    terms = dict((t, v) for t, v, _ in explain(lane, row, hw))
+    assert terms["per-call latency floor"] + terms["bytes moved / bus bandwidth"] == pytest.approx(terms["price"])
+
+
+def test_regimes_follow_the_issue_definitions() -> None:
+    assert regime(_row("gemm", {"m": 16, "n": 4096, "k": 4096})) == "small"
+    assert regime(_row("gemm", {"m": 4096, "n": 4096, "k": 4096})) == "bulk"
+    assert regime(_row("gemm", {"m": 512, "n": 4096, "k": 4096})) == "large"
+    assert regime(_row("all_reduce", {"bytes": 2**19}, world=8)) == "small"
+    assert regime(_row("all_reduce", {"bytes": 2**27}, world=8)) == "bulk"
+
+
+def test_every_lane_prices_a_row_of_its_op_positive() -> None:
+    hw = load_hardware("h200")
+    shapes = {"gemm": {"m": 128, "n": 4096, "k": 4096},
+              "grouped_gemm": {"tokens": 512, "hidden": 4096, "inter": 1024, "experts": 64, "topk": 8, "ep": 8,
+                               "tp": 1},
+              "attention_prefill": {"batch": 2, "seq": 2048, "heads": 32, "kv_heads": 8, "head_dim": 128,
+                                    "cached": 0, "window": 0},
+              "attention_decode": {"batch": 64, "kv_len": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
+                                   "window": 0},
+              "ep_dispatch": {"tokens": 128, "hidden": 7168, "topk": 8, "experts": 256, "nodes": 1, "units": 0},
+              "ep_combine": {"tokens": 128, "hidden": 7168, "topk": 8, "experts": 256, "nodes": 1, "units": 0}}
+    for lane in LANES:
+        shape = shapes.get(lane.op, {"bytes": 2**20, "nodes": 1})
+        dtype = lane.name.split()[1] if lane.op == "gemm" else "bf16"
+        variant = lane.variants[-1]
+        t = lane.price(_row(lane.op, shape, dtype, world=8, hw="h200", variant=variant), hw)
+        assert t > 0 and math.isfinite(t), lane.name
+
+
+def test_bad_rows_are_named_and_the_rest_is_read(tmp_path: Path) -> None:
+    f = tmp_path / "t.csv"
+    f.write_text(HEADER
+                 + "gemm,m=128 n=256 k=512,bf16,torch,1,12.5,h100-sxm,me\n"
+                 + "gemm,m=128 n=256,bf16,torch,1,12.5,h100-sxm,me\n"  # k missing
+                 + "gemm,m=128 n=256 k=512,bf17,torch,1,12.5,h100-sxm,me\n"  # unknown dtype
+                 + "warp,m=1,bf16,torch,1,12.5,h100-sxm,me\n"  # unknown op
+                 + "gemm,m=128 n=256 k=512,bf16,torch,1,-3,h100-sxm,me\n"  # negative latency
+                 + "gemm,m=128 n=256 k=512,bf16,torch,1,12.5,tpu-v9,me\n")  # no such profile
+    rows, problems = read_table(f)
+    assert len(rows) == 2 and len(problems) == 4
+    assert any(":3: shape:" in p and "missing k" in p for p in problems)
+    assert any(":4: dtype:" in p for p in problems) and any(":5: op:" in p for p in problems)
+    assert any(":6: latency_us:" in p for p in problems)
+    res = check_rows(rows)
+    assert len(res.priced) == 1 and res.skipped == {"no hardware profile 'tpu-v9'": 1}
+
+
+def test_a_missing_column_names_the_file_and_column(tmp_path: Path) -> None:
+    f = tmp_path / "t.csv"
+    f.write_text("op,shape,dtype,backend,world_size,hardware,source\n")
+    rows, problems = read_table(f)
+    assert rows == [] and problems == [f"{f}: header: missing column(s) latency_us (docs/kernels.md lists them)"]
+
+
+def test_written_rows_read_back(tmp_path: Path) -> None:
+    f = tmp_path / "out.csv"
+    row = _row("gemm", {"m": 1, "n": 2, "k": 3}, us=7.25)
+    write_table(f, [row], comment="a test")
+    write_table(f, [row])  # appended, header once
+    rows, problems = read_table(f)
+    assert problems == [] and len(rows) == 2 and rows[0].latency_s == pytest.approx(7.25e-6)
+
+
+def test_the_shipped_amd_tables_read_clean() -> None:
+    for f in sorted(AMD.glob("*.csv")):
+        rows, problems = read_table(f)
+        assert rows and problems == [], (f, problems[:3])
+        assert all(r.hardware in {"mi300x", "mi325x", "mi350x", "mi355x"} and r.source.startswith("http")
+                   for r in rows)
+
+
+def test_check_end_to_end_on_the_excerpt_and_the_amd_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("pyarrow")
+    assert main(["kernels", "check", str(EXCERPT), str(AMD), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    pooled = {(s["lane"], s["hardware"], s["regime"]): s for s in out["stats"]}
+    for lane in ("gemm bf16", "all_reduce nccl", "all_reduce graph", "attention_decode engine",
+                 "grouped_gemm engine", "attention_prefill train"):
+        assert pooled[lane, "all", "all"]["n"] > 0, lane
+    assert {"h200", "h100-sxm", "mi300x", "mi355x"} <= {s["hardware"] for s in out["stats"]}
+    assert all(s["p10"] <= s["median"] <= s["p90"] for s in out["stats"])
+    assert out["problems"] == []
+
+
+def test_check_prints_a_table_and_exits_1_when_nothing_could_be_checked(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["kernels", "check", str(AMD / "gemm.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "gemm bf16" in out and "mi355x" in out and "worst gemm" in out
+    bad = tmp_path / "bad.csv"
+    bad.write_text(HEADER + "gemm,m=1,bf16,torch,1,1,h100-sxm,me\n")
+    assert main(["kernels", "check", str(bad)]) == 1
+    assert f"{bad}:2: shape:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["kernels", "check", "--lane", "gemm bf99"], "--lane: gemm bf99: no such lane"),
+    (["kernels", "check", "--hardware", "tpu-v9"], "--hardware: tpu-v9: no such hardware profile"),
+    (["kernels", "show", "gemm", "m=1 n=2", "--hardware", "h100-sxm"], "shape: missing k"),
+    (["kernels", "show", "warp", "m=1", "--hardware", "h100-sxm"], "unknown op 'warp'"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(argv: list[str], needle: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err and "Traceback" not in err
+
+
+def test_show_prints_the_terms(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["kernels", "show", "gemm", "m=64 n=7168 k=2048", "--hardware", "mi355x", "--dtype", "fp8"]) == 0
+    out = capsys.readouterr().out
+    for term in ("gemm fp8 on mi355x", "curve half_flops", "efficiency at these FLOPs", "memory time", "price"):
+        assert term in out
