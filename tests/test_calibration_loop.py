@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, host_busy
 
 LOOP = REPO / "studies" / "calibration-loop"
 pytestmark = [pytest.mark.slow]
@@ -32,17 +31,6 @@ def _have(module: str) -> bool:
         return False
 
 
-def _host_busy() -> str:
-    """Why this host is too busy for timings of one run to carry over to another ('' when it is not): a 0.3 s busy
-    loop got under 3/4 of a core (other processes hold the cores; the load average would still count the suite's
-    last test)."""
-    wall0, cpu0 = time.perf_counter(), time.process_time()
-    while time.perf_counter() - wall0 < 0.3:
-        pass
-    share = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
-    return f"a busy loop got {share:.0%} of a core" if share < 0.75 else ""
-
-
 @pytest.mark.skipif(not (_have("sglang") and _have("megatron.core")), reason="needs sglang + megatron-core")
 @pytest.mark.timeout(900)
 def test_calibrate_on_one_real_run_predict_another(tmp_path: Path) -> None:
@@ -60,9 +48,9 @@ def test_calibrate_on_one_real_run_predict_another(tmp_path: Path) -> None:
         plan["train"]["global_batch"] = 16 * plan["rl"]["samples_per_prompt"]
         plan["rl"]["response_tokens"] = {"max": resp}
         (plans / f"{pid}.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
-    busy = _host_busy()
+    busy = host_busy()
     assert measure.main(["--plans", str(plans), "--out", str(measured), "--steps", "5"]) == 0  # median of 4
-    busy = busy or _host_busy()
+    busy = busy or host_busy()
     for pid in ("t-fit", "t-held"):
         case = yaml.safe_load((measured / f"{pid}.yaml").read_text())
         assert case["stack"] == "local-cpu" and case["rl"]["response_tokens"]["mean"] > 0
