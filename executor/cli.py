@@ -7,9 +7,13 @@
   executor show RUN [--store PATH]
   executor export RUN --out CASE [--skip-steps N] [--store PATH]
   executor align --plan PLAN [--precision fp8|bf16] [--tokens FILE] [--rollout-set K=V] [--trainer-set K=V]
+  executor bench-kernels --hardware ID --out DIR [--quick] [--ops gemm,attention,...] [--device cpu|cuda]
+                         [--world-size N]
 
 `launch` hands the plan to the backend its `executor.backend` names (executor.backends.registry); the backend
 records the run through executor.measurement_sink, which every command here reads back from the store.
+`bench-kernels` measures this machine's kernels into kernel tables (docs/kernels.md); it needs torch, which the
+other commands never import.
 
 Bad input fails before anything starts: one line `error: <file>: <field>: <message>`, exit 2
 (a traceback only with --debug).
@@ -80,7 +84,26 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--out", required=True, type=Path, help="case YAML to write")
     export.add_argument("--skip-steps", type=int, default=1, help="warm-up steps left out (default 1)")
     export.add_argument("--store", type=Path, help=STORE_HELP)
+    _bench_parser(sub)
     return p
+
+
+def _bench_parser(sub: Any) -> None:
+    from executor.bench_kernels.config import FAMILIES, MEASURED
+
+    bench = sub.add_parser("bench-kernels", help="microbenchmark this machine's GEMMs, attention, MoE expert GEMMs "
+                           "and collectives into kernel tables (docs/kernels.md)")
+    bench.add_argument("--hardware", required=True, help="the hardware profile id the rows are for (hwprofiles/)")
+    bench.add_argument("--out", required=True, type=Path, help="folder for gemm.csv, attention.csv, grouped_gemm.csv "
+                       "and collectives.csv (rows are appended as they are measured)")
+    bench.add_argument("--quick", action="store_true", help="a smaller grid (under a minute on a CPU)")
+    bench.add_argument("--ops", help=f"comma-separated ops or families (default: all): {', '.join(MEASURED)}, "
+                       f"{', '.join(FAMILIES)}")
+    bench.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when torch sees a GPU, else cpu")
+    bench.add_argument("--world-size", type=int, default=2, help="processes for the collectives, one GPU or CPU "
+                       "core each (default 2)")
+    bench.add_argument("--grid", choices=("full", "quick", "tiny"), help=argparse.SUPPRESS)  # tiny: the tests'
+    bench.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
 
 
 def _launch(args: argparse.Namespace) -> int:
@@ -250,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     from executor.store_path import default_store_path
 
     args = _parser().parse_args(argv)
-    if args.command not in ("launch", "align"):
+    if args.command not in ("launch", "align", "bench-kernels"):
         args.store = args.store or default_store_path()
     try:
         if args.command == "launch":
@@ -261,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
             return _runs(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "bench-kernels":
+            from executor.bench_kernels import bench_kernels_command
+
+            return bench_kernels_command(args)
         return _show(args)
     except InputError as err:
         if args.debug:

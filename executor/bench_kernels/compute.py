@@ -1,0 +1,160 @@
+"""The single-device kernels: GEMMs (bf16; fp8 through torch._scaled_mm where the GPU has it), causal attention
+prefill and decode (scaled_dot_product_attention), and one MoE layer's expert GEMMs as the torch fallback's loop
+over experts. Each case allocates its tensors only when measured, so a big grid never holds them all."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from executor.bench_kernels.config import Grid
+from perfmodel.kernels.table import OPS
+
+Call = Callable[[], object]
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    op: str
+    shape: dict[str, int]
+    dtype: str
+    setup: Callable[[], Call]  # allocates the inputs, returns the call to time
+
+
+def shape_of(op: str, values: tuple[int, ...]) -> dict[str, int]:
+    """Grid tuples are in docs/kernels.md's key order."""
+    return dict(zip(OPS[op][0], values, strict=True))
+
+
+def _randn(*size: int, device: str, dtype: Any = None) -> Any:
+    import torch
+
+    return torch.randn(*size, device=device, dtype=dtype or torch.bfloat16)
+
+
+def fp8_format(device: str) -> tuple[Any, str]:
+    """The FP8 element type this device's GEMM takes (MI300's is the fnuz variant), or None and why not."""
+    import torch
+
+    if device != "cuda":
+        return None, "a CPU has no FP8 GEMM (torch._scaled_mm on CPU is an emulation)"
+    if not hasattr(torch, "_scaled_mm"):
+        return None, f"torch {torch.__version__} has no torch._scaled_mm"
+    if torch.version.cuda and torch.cuda.get_device_capability() < (8, 9):
+        return None, f"{torch.cuda.get_device_name()} predates FP8 (compute capability < 8.9)"
+    errors: list[str] = []
+    for name in ("float8_e4m3fn", "float8_e4m3fnuz"):
+        if not hasattr(torch, name):
+            continue
+        try:
+            _fp8_setup(16, 16, 16, device, getattr(torch, name))()
+            return getattr(torch, name), ""
+        except (RuntimeError, TypeError) as err:
+            errors.append(f"{name}: {str(err).splitlines()[0][:100] if str(err) else type(err).__name__}")
+    return None, f"torch._scaled_mm failed ({'; '.join(errors) or 'no FP8 type in this torch'})"
+
+
+def _fp8_setup(m: int, n: int, k: int, device: str, fp8: Any) -> Call:
+    import torch
+
+    a = _randn(m, k, device=device, dtype=torch.float32).to(fp8)
+    b = _randn(n, k, device=device, dtype=torch.float32).to(fp8).t()  # a [n, k] weight: column-major, as BLASLt wants
+    one = torch.ones((), device=device, dtype=torch.float32)  # per-tensor scales
+    return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+
+def _bf16_setup(m: int, n: int, k: int, device: str) -> Call:
+    """As nn.Linear calls it: the weight is [n, k] (on a CPU the [k, n] layout runs another, faster, path)."""
+    import torch.nn.functional as F
+
+    a, w = _randn(m, k, device=device), _randn(n, k, device=device)
+    return lambda: F.linear(a, w)
+
+
+def gemm_cases(grid: Grid, device: str, fp8: Any = None) -> Iterator[Case]:
+    """Every (m, n, k) of the grid in bf16, then, given the FP8 type, in fp8 where m, n, k are multiples of 16
+    (torch._scaled_mm's rule; the caller says which m were left out)."""
+    shapes = [(m, n, k) for (n, k) in grid.gemm_nk for m in grid.gemm_m]
+    for m, n, k in shapes:
+        yield Case("gemm", shape_of("gemm", (m, n, k)), "bf16", lambda m=m, n=n, k=k: _bf16_setup(m, n, k, device))
+    if fp8 is not None:
+        for m, n, k in shapes:
+            if m % 16 == 0 and n % 16 == 0 and k % 16 == 0:
+                yield Case("gemm", shape_of("gemm", (m, n, k)), "fp8",
+                           lambda m=m, n=n, k=k: _fp8_setup(m, n, k, device, fp8))
+
+
+def sdpa_has_gqa() -> bool:
+    """enable_gqa (torch >= 2.5) runs grouped-query attention without copying K/V per query head."""
+    import torch
+    import torch.nn.functional as F
+
+    q, kv = torch.zeros(1, 2, 1, 8), torch.zeros(1, 1, 1, 8)
+    try:
+        F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+    except (TypeError, RuntimeError):
+        return False
+    return True
+
+
+def _attention_setup(batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int, device: str,
+                     gqa: bool) -> Call:
+    import torch.nn.functional as F
+
+    q = _randn(batch, heads, q_len, head_dim, device=device)
+    k, v = (_randn(batch, kv_heads, kv_len, head_dim, device=device) for _ in range(2))
+    causal = q_len == kv_len  # prefill; decode's one query sees every cached token (torch's causal mask is top-left)
+    if gqa:
+        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    k, v = (t.repeat_interleave(heads // kv_heads, dim=1) for t in (k, v))  # older torch: K/V per query head
+    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def attention_cases(grid: Grid, device: str, ops: tuple[str, ...]) -> Iterator[Case]:
+    gqa = sdpa_has_gqa()
+    if "attention_prefill" in ops:
+        for b, s, h, kv, d in grid.prefill:
+            yield Case("attention_prefill", shape_of("attention_prefill", (b, s, h, kv, d)), "bf16",
+                       lambda b=b, s=s, h=h, kv=kv, d=d: _attention_setup(b, s, s, h, kv, d, device, gqa))
+    if "attention_decode" in ops:
+        for b, n, h, kv, d in grid.decode:
+            yield Case("attention_decode", shape_of("attention_decode", (b, n, h, kv, d)), "bf16",
+                       lambda b=b, n=n, h=h, kv=kv, d=d: _attention_setup(b, 1, n, h, kv, d, device, gqa))
+
+
+def balanced_bounds(rows: int, experts: int) -> list[int]:
+    """Row offsets of each expert's slice when `rows` routed rows spread evenly (the first ones take the rest)."""
+    base, extra = divmod(rows, experts)
+    bounds = [0]
+    for e in range(experts):
+        bounds.append(bounds[-1] + base + (1 if e < extra else 0))
+    return bounds
+
+
+def _moe_setup(tokens: int, hidden: int, inter: int, experts: int, topk: int, device: str) -> Call:
+    """The routed rows already sorted by expert; per expert: gate-up GEMM, SiLU-gated activation, down GEMM."""
+    import torch
+    import torch.nn.functional as F
+
+    rows = tokens * topk
+    x = _randn(rows, hidden, device=device)
+    w_gate_up = _randn(experts, hidden, 2 * inter, device=device)
+    w_down = _randn(experts, inter, hidden, device=device)
+    out = torch.empty(rows, hidden, device=device, dtype=torch.bfloat16)
+    bounds = balanced_bounds(rows, experts)
+    slices = list(zip(bounds[:-1], bounds[1:], strict=True))
+
+    def call() -> None:
+        for e, (lo, hi) in enumerate(slices):
+            if hi > lo:
+                h = x[lo:hi] @ w_gate_up[e]
+                torch.matmul(F.silu(h[:, :inter]) * h[:, inter:], w_down[e], out=out[lo:hi])
+
+    return call
+
+
+def grouped_cases(grid: Grid, device: str) -> Iterator[Case]:
+    for t, h, i, e, k in grid.moe:
+        yield Case("grouped_gemm", shape_of("grouped_gemm", (t, h, i, e, k)), "bf16",
+                   lambda t=t, h=h, i=i, e=e, k=k: _moe_setup(t, h, i, e, k, device))

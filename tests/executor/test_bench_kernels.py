@@ -1,0 +1,167 @@
+"""`executor bench-kernels`: a CPU run on the tiny grid writes tables `read_table` reads without a problem, bad
+flags fail in one line before anything is measured, and Ctrl-C keeps every finished row."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from executor.bench_kernels import runner
+from executor.bench_kernels.collectives import _buffers
+from executor.bench_kernels.compute import balanced_bounds
+from executor.bench_kernels.config import COLLECTIVES, GRIDS, MEASURED, BenchConfig, parse_ops
+from executor.bench_kernels.timing import summarize
+from executor.cli import main
+from perfmodel.kernels.table import KernelRow, read_table
+
+TABLES = ("gemm.csv", "attention.csv", "grouped_gemm.csv", "collectives.csv")
+
+
+def _read_all(out: Path) -> list[KernelRow]:
+    rows: list[KernelRow] = []
+    for name in TABLES:
+        if (out / name).exists():
+            got, problems = read_table(out / name)
+            assert problems == [], problems
+            rows += got
+    return rows
+
+
+def _tiny_config(out: Path, ops: tuple[str, ...]) -> BenchConfig:
+    out.mkdir(parents=True, exist_ok=True)
+    return BenchConfig("cpu-local", out, ops, "cpu", 2, GRIDS["tiny"])
+
+
+@pytest.mark.slow  # spawns two gloo ranks: about 15 s on a busy 2-core host
+def test_quick_cpu_run_writes_readable_tables(tmp_path, capsys):
+    out = tmp_path / "tables"
+    rc = main(["bench-kernels", "--hardware", "cpu-local", "--out", str(out), "--quick", "--grid", "tiny",
+               "--device", "cpu"])
+    stdout = capsys.readouterr().out
+    assert rc == 0, stdout
+    rows = _read_all(out)
+    assert {p.name for p in out.iterdir()} == set(TABLES)
+    assert {r.op for r in rows} == set(MEASURED)
+    assert all(r.latency_s > 0 and r.repetitions and r.spread is not None for r in rows)
+    assert all(r.hardware == "cpu-local" and r.source.startswith("executor bench-kernels ") for r in rows)
+    assert sum(" us  spread " in line for line in stdout.splitlines()) == len(rows)  # a progress line per row
+    assert "gemm fp8: skipped" in stdout  # a format this device lacks is named once
+    gemm = {(r.get("m"), r.get("n"), r.get("k")): r.latency_s for r in rows if r.op == "gemm"}
+    assert gemm[(512, 512, 512)] > 3 * gemm[(1, 128, 128)]  # 8192x the FLOPs: a ratio within one run, never a time
+    coll = [r for r in rows if r.op in COLLECTIVES]
+    assert coll and all(r.world_size == 2 and r.backend == "gloo" and r.dtype == "fp32" for r in coll)
+    assert all(r.world_size == 1 and r.backend == "torch" for r in rows if r.op not in COLLECTIVES)
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--hardware", "h100"], ["--hardware", "cpu-local", "h100-sxm"]),
+    (["--ops", "gemm,flash"], ["--ops", "'flash'", "attention_prefill", "all_to_all"]),
+    (["--world-size", "1"], ["--world-size"]),
+])
+def test_bad_flags_fail_in_one_line(tmp_path, capsys, flags, says):
+    out = tmp_path / "tables"
+    args = ["bench-kernels", "--hardware", "cpu-local", "--out", str(out), "--device", "cpu", *flags]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err
+    assert all(word in err for word in says), err
+    assert not out.exists()  # checked before anything was created or measured
+
+
+@pytest.mark.parametrize("where", ["file", "below_a_file"])
+def test_out_must_be_a_writable_folder(tmp_path, capsys, where):
+    a_file = tmp_path / "taken.csv"
+    a_file.write_text("x\n")
+    out = a_file if where == "file" else a_file / "tables"
+    assert main(["bench-kernels", "--hardware", "cpu-local", "--out", str(out), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out" in err and "Traceback" not in err
+
+
+def test_interrupt_keeps_the_rows_measured(tmp_path, capsys):
+    seen: list[KernelRow] = []
+
+    def stop_after_three(row: KernelRow) -> None:
+        seen.append(row)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    result = runner.run_bench(_tiny_config(tmp_path, ("gemm", "attention_prefill")), on_row=stop_after_three)
+    assert result.interrupted and result.rows_kept == 3
+    kept = [(r.op, r.shape, r.dtype, r.repetitions) for r in _read_all(tmp_path)]
+    assert kept == [(r.op, r.shape, r.dtype, r.repetitions) for r in seen]  # exactly what was reported, all readable
+
+
+def test_ctrl_c_exits_130_with_one_line(tmp_path, capsys, monkeypatch):
+    """Ctrl-C while the third row is being written: two rows stay, the CLI says so in one line and exits 130."""
+    calls = []
+    real_write = runner.write_table
+
+    def write_then_interrupt(path: Path, rows: list[KernelRow], comment: str = "") -> None:
+        calls.append(path)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        real_write(path, rows, comment)
+
+    monkeypatch.setattr(runner, "write_table", write_then_interrupt)
+    out = tmp_path / "tables"
+    rc = main(["bench-kernels", "--hardware", "cpu-local", "--out", str(out), "--grid", "tiny", "--device", "cpu",
+               "--ops", "gemm"])
+    err = capsys.readouterr().err
+    assert rc == 130 and err.count("\n") == 1 and "kept 2 rows" in err and str(out / "gemm.csv") in err
+    assert len(_read_all(out)) == 2
+
+
+@pytest.mark.slow  # spawns two gloo ranks
+def test_interrupt_during_collectives_stops_the_ranks(tmp_path):
+    import multiprocessing
+
+    seen: list[KernelRow] = []
+
+    def stop_after_two(row: KernelRow) -> None:
+        seen.append(row)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    result = runner.run_bench(_tiny_config(tmp_path, ("all_reduce", "all_to_all")), on_row=stop_after_two)
+    assert result.interrupted and result.rows_kept == 2
+    rows = _read_all(tmp_path)
+    assert [r.op for r in rows] == ["all_reduce", "all_reduce"] and all(r.world_size == 2 for r in rows)
+    assert multiprocessing.active_children() == []  # no rank left running
+
+
+def test_ops_take_families_and_keep_run_order():
+    assert parse_ops("collectives,gemm") == ("gemm", *COLLECTIVES)
+    assert parse_ops("attention") == ("attention_prefill", "attention_decode")
+    assert parse_ops(None) == MEASURED
+
+
+def test_collective_bytes_follow_the_table_convention():
+    import torch
+
+    for op in COLLECTIVES:  # the element count rounds down to a multiple of the world size
+        assert _buffers(op, 1024, 3, torch.device("cpu"), torch.float32)[1] == 1020
+        assert _buffers(op, 65536, 2, torch.device("cpu"), torch.bfloat16)[1] == 65536
+
+
+def test_balanced_routing_and_spread():
+    assert balanced_bounds(10, 4) == [0, 3, 6, 8, 10]
+    t = summarize([1.0] * 8 + [2.0, 3.0], calls_per_sample=4)
+    assert t.median_s == 1.0 and t.repetitions == 40 and t.spread == pytest.approx(1.1)
+
+
+def test_cli_starts_without_torch():
+    code = ("import sys, executor.cli; executor.cli._parser().parse_args(['runs']); "
+            "assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_help_lists_the_ops(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench-kernels", "--help"])
+    assert "grouped_gemm" in capsys.readouterr().out
