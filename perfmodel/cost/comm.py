@@ -105,8 +105,13 @@ def _busbw_out(hw: HardwareProfile) -> float:
     return hw.nic_bytes_per_s * hw.collective_bus_efficiency_scale_out
 
 
-def _latency(hw: HardwareProfile, g: GroupPlacement) -> float:
-    return hw.collective_latency_scale_up_s if g.intra else hw.collective_latency_scale_out_s
+def _latency(hw: HardwareProfile, g: GroupPlacement, ring_steps_up: int = 0, ring_steps_out: int = 0) -> float:
+    """A collective's fixed time: the per-call base of the fabric it crosses, plus a step latency per ring step on
+    each fabric (NCCL's small-message time grows with the ring: on 8 H100s an all-reduce's 14 steps take 16 us
+    where 2 GPUs' 2 steps take 6.6 us; the profiles' collective_step_latency_s)."""
+    base = hw.collective_latency_scale_up_s if g.intra else hw.collective_latency_scale_out_s
+    return (base + ring_steps_up * hw.collective_step_latency_scale_up_s
+            + ring_steps_out * hw.collective_step_latency_scale_out_s)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -118,12 +123,37 @@ def all_reduce_s(hw: HardwareProfile, nbytes: float, g: GroupPlacement) -> float
     if n <= 1 or nbytes <= 0:
         return 0.0
     if g.intra:
-        return _latency(hw, g) + 2 * (n - 1) / n * nbytes / _busbw_up(hw, n)
+        return _scale_up(hw, _latency(hw, g, 2 * (n - 1)), 2 * (n - 1) / n * nbytes / _busbw_up(hw, n))
     k, d = g.gpus_per_node_in_group, g.domains
     t = 2 * (d - 1) / d * (nbytes / k) / _busbw_out(hw)  # inter-domain all-reduce of this GPU's 1/k slice
     if k > 1:
         t += 2 * (k - 1) / k * nbytes / _busbw_up(hw, k)  # intra reduce-scatter + intra all-gather
-    return _latency(hw, g) + t
+    return _latency(hw, g, 2 * (k - 1), 2 * (d - 1)) + t
+
+
+def _protocols(fixed_s: float, transfer_s: float, small_bw_fraction: float, bulk_extra_s: float) -> float:
+    """The faster of two protocols for one message (NCCL's tuner picks per size): a low-latency one moving the bytes
+    at a fraction of the bus bandwidth, and a bulk one at the full bus bandwidth after an extra latency. Small
+    messages take the first, large ones the second; in between both are slower than `fixed + transfer` (8 H100s
+    all-reduce 1-64 MiB 1.5x slower than that line, the aiconfigurator-core tables)."""
+    return fixed_s + min(transfer_s / small_bw_fraction, bulk_extra_s + transfer_s)
+
+
+def _scale_up(hw: HardwareProfile, fixed_s: float, transfer_s: float) -> float:
+    return _protocols(fixed_s, transfer_s, hw.small_protocol_bw_fraction, hw.small_protocol_bulk_extra_latency_s)
+
+
+def graph_all_reduce_s(hw: HardwareProfile, nbytes: float, g: GroupPlacement) -> float:
+    """An inference engine's all-reduce inside one scale-up domain, captured in a CUDA/HIP graph (SGLang's and
+    vLLM's custom all-reduce: one kernel, no NCCL launch or protocol set-up): the profile's in-graph floor plus the
+    bus-bandwidth term; across domains the engine falls back to the NCCL all-reduce."""
+    n = g.size
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    if not g.intra:
+        return all_reduce_s(hw, nbytes, g)
+    return _protocols(hw.graph_all_reduce_latency_s, 2 * (n - 1) / n * nbytes / _busbw_up(hw, n),
+                      hw.graph_small_protocol_bw_fraction, hw.graph_small_protocol_bulk_extra_latency_s)
 
 
 def all_gather_s(hw: HardwareProfile, nbytes: float, g: GroupPlacement) -> float:
@@ -132,12 +162,12 @@ def all_gather_s(hw: HardwareProfile, nbytes: float, g: GroupPlacement) -> float
     if n <= 1 or nbytes <= 0:
         return 0.0
     if g.intra:
-        return _latency(hw, g) + (n - 1) / n * nbytes / _busbw_up(hw, n)
+        return _scale_up(hw, _latency(hw, g, n - 1), (n - 1) / n * nbytes / _busbw_up(hw, n))
     k, d = g.gpus_per_node_in_group, g.domains
     t = (d - 1) / d * (nbytes / k) / _busbw_out(hw)
     if k > 1:
         t += (k - 1) / k * nbytes / _busbw_up(hw, k)
-    return _latency(hw, g) + t
+    return _latency(hw, g, k - 1, d - 1) + t
 
 
 def reduce_scatter_s(hw: HardwareProfile, nbytes: float, g: GroupPlacement) -> float:
@@ -161,8 +191,9 @@ def a2a_split_s(hw: HardwareProfile, g: GroupPlacement, intra_bytes: float, inte
     k = g.gpus_per_node_in_group
     intra = intra_bytes / (scale_up_raw_bytes_per_s(hw, k) * hw.all_to_all_efficiency_scale_up) if k > 1 else 0.0
     inter = inter_bytes / (hw.nic_bytes_per_s * hw.all_to_all_efficiency_scale_out) if g.size > k else 0.0
-    floor = hw.all_to_all_latency_scale_up_s if g.intra else hw.all_to_all_latency_scale_out_s
-    return floor + max(intra, inter)
+    if g.intra:
+        return _scale_up(hw, hw.all_to_all_latency_scale_up_s, intra)
+    return hw.all_to_all_latency_scale_out_s + max(intra, inter)
 
 
 def send_recv_s(hw: HardwareProfile, nbytes: float, same_domain: bool) -> float:
@@ -172,8 +203,9 @@ def send_recv_s(hw: HardwareProfile, nbytes: float, same_domain: bool) -> float:
         return 0.0
     if same_domain:
         raw = hw.scale_up_link_bytes_per_s if hw.scale_up_topology == "full_mesh" else hw.scale_up_gpu_bytes_per_s
-        return hw.collective_latency_scale_up_s + nbytes / (raw * hw.collective_bus_efficiency_scale_up)
-    return hw.collective_latency_scale_out_s + nbytes / _busbw_out(hw)
+        return (hw.collective_latency_scale_up_s + hw.collective_step_latency_scale_up_s
+                + nbytes / (raw * hw.collective_bus_efficiency_scale_up))
+    return hw.collective_latency_scale_out_s + hw.collective_step_latency_scale_out_s + nbytes / _busbw_out(hw)
 
 
 def host_copy_s(hw: HardwareProfile, nbytes: float) -> float:
@@ -186,7 +218,8 @@ def broadcast_s(hw: HardwareProfile, nbytes: float, g: GroupPlacement) -> float:
     if g.size <= 1 or nbytes <= 0:
         return 0.0
     bw = _busbw_up(hw, g.size) if g.intra else min(_busbw_out(hw), _busbw_up(hw, g.gpus_per_node_in_group))
-    return _latency(hw, g) + nbytes / bw
+    k = g.gpus_per_node_in_group
+    return _latency(hw, g, k - 1, g.domains - 1) + nbytes / bw
 
 
 def collective_s(hw: HardwareProfile, op: CollectiveOp, nbytes: float, g: GroupPlacement) -> float:

@@ -8,6 +8,8 @@ so small GEMMs fall off the peak on their own.
 
 from __future__ import annotations
 
+import math
+
 from perfmodel.cost.dtypes import LOW_PRECISION, dtype_bytes
 from perfmodel.inputs.hardware import HardwareProfile
 
@@ -131,3 +133,48 @@ def attention_time_s(
         return 0.0
     rel = ATTENTION_BWD_REL_EFFICIENCY if backward else ATTENTION_FWD_REL_EFFICIENCY
     return max(compute_time_s(hw, flops, dtype, rel), memory_bound_time_s(hw, nbytes))
+
+
+def rows_hit_experts(experts: float, rows: float) -> float:
+    """Expected experts with at least one of `rows` expert rows when each row lands on one of `experts` uniformly
+    (learned routing at its most even): all of them once rows far exceed experts, about `rows` when rows are few."""
+    if experts <= 0 or rows <= 0:
+        return 0.0
+    if experts <= 1:
+        return 1.0
+    return experts * -math.expm1(rows * math.log1p(-1.0 / experts))
+
+
+def grouped_gemm_time_s(
+    hw: HardwareProfile,
+    rows: float,
+    experts_hit: float,
+    n: float,
+    k: float,
+    dtype: str,
+    *,
+    wgrad: bool = False,
+    out_bytes_per_element: float = 2.0,
+) -> float:
+    """One grouped GEMM kernel over an MoE layer's local experts: `rows` expert rows in all, spread evenly over the
+    `experts_hit` experts that received any (experts without rows cost nothing: no weight read, no tile), each
+    [rows_e, k] @ [k, n]; `wgrad`: the weight gradients [k, n] = X_e^T dY_e over the same rows.
+
+    Each expert's rows run in tiles of `grouped_gemm_tile_rows` (a partly filled tile costs a whole one); the
+    FLOPs run at peak x the dense curve's max efficiency x `grouped_gemm_rel_efficiency` (no production-shape
+    factor: the rows per expert set the shape); the bytes are each hit expert's weight (or weight gradient) once
+    and the activations in and out. A fixed `grouped_gemm_fixed_s` per kernel, plus `grouped_gemm_per_expert_s`
+    per hit expert where experts run one GEMM each (a sequential loop: 0 for a fused grouped kernel)."""
+    if rows <= 0 or n <= 0 or k <= 0 or experts_hit <= 0:
+        return 0.0
+    tile = hw.grouped_gemm_tile_rows
+    padded_rows = experts_hit * math.ceil(rows / experts_hit / tile - 1e-9) * tile
+    rate = hw.peak(dtype) * hw.gemm_curve(dtype).max_efficiency * hw.grouped_gemm_rel_efficiency
+    compute = gemm_flops(padded_rows, n, k) / rate
+    q = dtype_bytes(dtype)
+    if wgrad:  # reads X [rows, k] and dY [rows, n], writes each hit expert's [k, n] gradient
+        nbytes = rows * (k + n) * q + experts_hit * k * n * out_bytes_per_element
+    else:  # reads A [rows, k] and each hit expert's B [k, n], writes C [rows, n]
+        nbytes = rows * k * q + experts_hit * k * n * q + rows * n * out_bytes_per_element
+    fixed = hw.grouped_gemm_fixed_s + experts_hit * hw.grouped_gemm_per_expert_s
+    return fixed + max(compute, nbytes / hbm_rate(hw))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfmodel.cost.comm import GroupPlacement, a2a_split_s, all_to_all_s
+from perfmodel.cost.comm import GroupPlacement, all_to_all_s, scale_up_raw_bytes_per_s
 from perfmodel.inputs.hardware import HardwareProfile
 
 
@@ -22,6 +22,7 @@ class Dispatch:
     experts: int
     elem_bytes: float  # FP8 dispatch, BF16 combine
     dedup: bool = False  # DeepEP-style: one copy per destination GPU (and node), not per (token, expert)
+    combine: bool = False  # the return trip (expert outputs back to their tokens' GPUs): the combine kernel
 
     @property
     def send_bytes(self) -> float:
@@ -32,7 +33,7 @@ class Dispatch:
 
 def dispatch_s(hw: HardwareProfile, d: Dispatch, g: GroupPlacement) -> float:
     if d.dedup:
-        return dedup_all_to_all_s(hw, d.send_bytes, d.top_k, d.experts, g)
+        return dedup_all_to_all_s(hw, d.send_bytes, d.top_k, d.experts, g, d.combine)
     return all_to_all_s(hw, d.send_bytes, g)
 
 
@@ -47,12 +48,17 @@ def _hit_probability(experts: int, top_k: int, owned: float) -> float:
     return 1.0 - miss
 
 
-def dedup_all_to_all_s(hw: HardwareProfile, token_bytes: float, top_k: int, experts: int, g: GroupPlacement) -> float:
+def dedup_all_to_all_s(hw: HardwareProfile, token_bytes: float, top_k: int, experts: int, g: GroupPlacement,
+                       combine: bool = False) -> float:
     """A DeepEP-style MoE dispatch (or combine) of `token_bytes` (one copy of each of this GPU's tokens): a token
     goes once to each GPU of the node that holds one of its experts and, across nodes, once to each destination
     node over the NIC, where the receiving GPU forwards it on scale-up to the node's other destination GPUs
     (DeepEP normal kernels; https://github.com/deepseek-ai/DeepEP). Experts are spread evenly and hit uniformly;
-    learned-routing skew is in `token_bytes` (the busiest rank's load)."""
+    learned-routing skew is in `token_bytes` (the busiest rank's load).
+
+    The kernel, not the link, sets the pace inside the domain: it runs on the `ep_units` SMs (CUs) the framework
+    gives it, each moving `ep_*_unit_bytes_per_s`, and pays a per-call floor (notify and layout kernels, the host
+    sync of the receive counts): the profile's ep_kernel block (fitted to measured DeepEP normal-mode kernels)."""
     n = g.size
     if n <= 1 or token_bytes <= 0:
         return 0.0
@@ -65,4 +71,8 @@ def dedup_all_to_all_s(hw: HardwareProfile, token_bytes: float, top_k: int, expe
     if nodes > 1 and k > 1 and p_node > 0:
         # tokens that arrived over the NIC go on to the node's other destination GPUs
         intra_bytes += inter_bytes * max(0.0, k * p_gpu / p_node - 1.0)
-    return a2a_split_s(hw, g, intra_bytes, inter_bytes)
+    unit_rate = hw.ep_units * (hw.ep_combine_unit_bytes_per_s if combine else hw.ep_dispatch_unit_bytes_per_s)
+    link_rate = scale_up_raw_bytes_per_s(hw, k) * hw.all_to_all_efficiency_scale_up
+    intra = intra_bytes / min(unit_rate, link_rate) if k > 1 else 0.0
+    inter = inter_bytes / (hw.nic_bytes_per_s * hw.all_to_all_efficiency_scale_out) if n > k else 0.0
+    return (hw.ep_combine_floor_s if combine else hw.ep_dispatch_floor_s) + max(intra, inter)

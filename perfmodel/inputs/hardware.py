@@ -111,13 +111,46 @@ class PerFabric(_Strict):
     scale_out: Num
 
 
+class GroupedGemmFile(_Strict):
+    """One grouped GEMM kernel over an MoE layer's local experts (cost/compute.py grouped_gemm_time_s)."""
+
+    rel_efficiency: Positive  # compute rate relative to the dense curve's max (no production-shape factor)
+    fixed_s: NonNegative  # per grouped-GEMM kernel (launch, routing metadata, ramp, tail)
+    per_expert_s: NonNegative  # per expert that gets rows: a sequential per-expert loop's launch; 0 when fused
+    tile_rows: Positive  # an expert's rows run in tiles of this many (padding)
+
+
+class EPKernelFile(_Strict):
+    """A DeepEP-style (normal mode) expert-parallel dispatch / combine kernel (cost/dispatch.py)."""
+
+    dispatch_floor_s: NonNegative  # per call: notify, layout, host sync of the receive counts
+    combine_floor_s: NonNegative
+    dispatch_unit_bytes_per_s: Positive  # bytes/s one SM / CU given to the kernel moves (scale-up)
+    combine_unit_bytes_per_s: Positive
+    units: Positive  # SMs / CUs the framework gives it by default
+
+
+class ProtocolFile(_Strict):
+    """Two protocols, the faster taken per message: a low-latency one at a fraction of the bus bandwidth (NCCL's
+    LL, a custom all-reduce's one-shot) and a bulk one at the full bus bandwidth after an extra latency."""
+
+    small_bw_fraction: Frac
+    bulk_extra_latency_s: NonNegative
+
+
 class EfficiencyFile(_Strict):
     gemm: dict[Literal["bf16", "fp8", "fp4"], GemmCurveFile]
     hbm: Frac
     collective_bus: PerFabric
     all_to_all_bus: PerFabric
-    collective_latency_s: PerFabric
+    collective_latency_s: PerFabric  # per-call base of a collective (what a 1-step ring would pay)
+    collective_step_latency_s: PerFabric  # added per ring step: 2(n-1) for all-reduce, n-1 for all-gather
+    graph_all_reduce_latency_s: Num  # an engine's in-graph custom all-reduce inside one scale-up domain
+    small_protocol: ProtocolFile  # NCCL collectives inside one scale-up domain (cost/comm.py _protocols)
+    graph_small_protocol: ProtocolFile  # the same for the engine's in-graph custom all-reduce
     all_to_all_latency_s: PerFabric | None = None  # per-call floor of an all-to-all; default: collective_latency_s
+    grouped_gemm: GroupedGemmFile
+    ep_kernel: EPKernelFile
     optimizer_hbm: Frac
     host_link: Frac
 
@@ -196,6 +229,22 @@ class HardwareProfile:
     all_to_all_latency_scale_out_s: float
     optimizer_hbm_efficiency: float
     host_link_efficiency: float
+    collective_step_latency_scale_up_s: float
+    collective_step_latency_scale_out_s: float
+    graph_all_reduce_latency_s: float
+    small_protocol_bw_fraction: float
+    small_protocol_bulk_extra_latency_s: float
+    graph_small_protocol_bw_fraction: float
+    graph_small_protocol_bulk_extra_latency_s: float
+    grouped_gemm_rel_efficiency: float
+    grouped_gemm_fixed_s: float
+    grouped_gemm_per_expert_s: float
+    grouped_gemm_tile_rows: int
+    ep_dispatch_floor_s: float
+    ep_combine_floor_s: float
+    ep_dispatch_unit_bytes_per_s: float
+    ep_combine_unit_bytes_per_s: float
+    ep_units: int
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def peak(self, dtype: str) -> float:
@@ -223,6 +272,20 @@ class HardwareProfile:
         "all_to_all_latency_scale_out_s",
         "optimizer_hbm_efficiency",
         "host_link_efficiency",
+        "collective_step_latency_scale_up_s",
+        "collective_step_latency_scale_out_s",
+        "graph_all_reduce_latency_s",
+        "small_protocol_bw_fraction",
+        "small_protocol_bulk_extra_latency_s",
+        "graph_small_protocol_bw_fraction",
+        "graph_small_protocol_bulk_extra_latency_s",
+        "grouped_gemm_rel_efficiency",
+        "grouped_gemm_fixed_s",
+        "grouped_gemm_per_expert_s",
+        "ep_dispatch_floor_s",
+        "ep_combine_floor_s",
+        "ep_dispatch_unit_bytes_per_s",
+        "ep_combine_unit_bytes_per_s",
     )
 
     def calibration_params(self) -> dict[str, float]:
@@ -332,6 +395,22 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         all_to_all_latency_scale_out_s=(e.all_to_all_latency_s or e.collective_latency_s).scale_out.value,
         optimizer_hbm_efficiency=e.optimizer_hbm.value,
         host_link_efficiency=e.host_link.value,
+        collective_step_latency_scale_up_s=e.collective_step_latency_s.scale_up.value,
+        collective_step_latency_scale_out_s=e.collective_step_latency_s.scale_out.value,
+        graph_all_reduce_latency_s=e.graph_all_reduce_latency_s.value,
+        small_protocol_bw_fraction=e.small_protocol.small_bw_fraction.value,
+        small_protocol_bulk_extra_latency_s=e.small_protocol.bulk_extra_latency_s.value,
+        graph_small_protocol_bw_fraction=e.graph_small_protocol.small_bw_fraction.value,
+        graph_small_protocol_bulk_extra_latency_s=e.graph_small_protocol.bulk_extra_latency_s.value,
+        grouped_gemm_rel_efficiency=e.grouped_gemm.rel_efficiency.value,
+        grouped_gemm_fixed_s=e.grouped_gemm.fixed_s.value,
+        grouped_gemm_per_expert_s=e.grouped_gemm.per_expert_s.value,
+        grouped_gemm_tile_rows=int(e.grouped_gemm.tile_rows.value),
+        ep_dispatch_floor_s=e.ep_kernel.dispatch_floor_s.value,
+        ep_combine_floor_s=e.ep_kernel.combine_floor_s.value,
+        ep_dispatch_unit_bytes_per_s=e.ep_kernel.dispatch_unit_bytes_per_s.value,
+        ep_combine_unit_bytes_per_s=e.ep_kernel.combine_unit_bytes_per_s.value,
+        ep_units=int(e.ep_kernel.units.value),
         sources=sources,
     )
 

@@ -117,7 +117,10 @@ def _moe(frame: Any, hw: str, src: str) -> Iterator[KernelRow]:
         dt = DTYPES.get(r["moe_dtype"])
         if not dt or r.get("distribution") != "balanced":
             continue
-        shape = {"tokens": r["num_tokens"], "hidden": r["hidden_size"], "inter": r["inter_size"],
+        # num_tokens is what each EP rank routes (the collector feeds every rank the same batch): the group's
+        # tokens are num_tokens x ep, as the project's shape counts them (a 2-expert B200 rank of EP128 takes
+        # 4 ms for num_tokens 16384 x top-8: 131k rows at 2.9 PFLOP/s, not 1k rows)
+        shape = {"tokens": r["num_tokens"] * r["moe_ep_size"], "hidden": r["hidden_size"], "inter": r["inter_size"],
                  "experts": r["num_experts"], "topk": r["topk"], "ep": r["moe_ep_size"], "tp": r["moe_tp_size"]}
         yield KernelRow("grouped_gemm", shape, dt, r["kernel_source"], r["moe_ep_size"] * r["moe_tp_size"],
                         r["latency"] * 1e-3, hw, src, variant="engine")

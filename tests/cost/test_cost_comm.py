@@ -24,7 +24,7 @@ GIB = 2**30
 
 
 def _busbw(hw, op, fn, nbytes, g):
-    t = fn(hw, nbytes, g) - (hw.collective_latency_scale_up_s if g.intra else hw.collective_latency_scale_out_s)
+    t = fn(hw, nbytes, g) - fn(hw, 1e-9, g)  # less the fixed part (the base and the ring steps)
     return bus_bandwidth_bytes_per_s(op, nbytes, g.size, t)
 
 
@@ -61,7 +61,7 @@ def test_nvswitch_gives_every_group_the_full_bandwidth():
     hw = load_hardware("h100-sxm")
     tp2 = _busbw(hw, "all_reduce", all_reduce_s, 4 * GIB, GroupPlacement(2, 2))
     tp8 = _busbw(hw, "all_reduce", all_reduce_s, 4 * GIB, GroupPlacement(8, 8))
-    assert tp2 == pytest.approx(tp8)
+    assert tp2 == pytest.approx(tp8, rel=0.01)  # the bulk protocol's extra latency is 0.1% of 4 GiB's time
     # same GPU count, same message: on the mesh TP2 is much slower than on the switch relative to TP8
     mesh = load_hardware("mi355x")
     r_mesh = all_reduce_s(mesh, GIB, GroupPlacement(2, 2)) / all_reduce_s(mesh, GIB, GroupPlacement(8, 8))
@@ -99,8 +99,11 @@ def test_deepep_dispatch_sends_a_token_once_per_destination():
     hw = load_hardware("mi355x")
     token_bytes = 64e6
     for g in (GroupPlacement(8, 8), GroupPlacement(32, 8)):
-        # one expert per token: one copy either way, the alltoall cost exactly
-        assert dedup_all_to_all_s(hw, token_bytes, 1, 256, g) == pytest.approx(all_to_all_s(hw, token_bytes, g))
+        # one expert per token: one copy either way, the alltoall's bytes exactly (each kernel with its own floor;
+        # on MI355X the EP kernel's SMs do not bind, the xGMI links do)
+        a2a_floor = hw.all_to_all_latency_scale_up_s if g.intra else hw.all_to_all_latency_scale_out_s
+        assert (dedup_all_to_all_s(hw, token_bytes, 1, 256, g) - hw.ep_dispatch_floor_s
+                == pytest.approx(all_to_all_s(hw, token_bytes, g) - a2a_floor))
         # top-8 of 256: tokens sharing a GPU (or, across nodes, a node) travel once
         dedup = dedup_all_to_all_s(hw, token_bytes, 8, 256, g)
         alltoall = all_to_all_s(hw, 8 * token_bytes, g)
@@ -109,10 +112,10 @@ def test_deepep_dispatch_sends_a_token_once_per_destination():
     g = GroupPlacement(32, 8)
     nic = hw.nic_bytes_per_s * hw.all_to_all_efficiency_scale_out
     assert (dedup_all_to_all_s(hw, token_bytes, 8, 256, g)
-            <= hw.all_to_all_latency_scale_out_s + 3 * token_bytes / nic + 1e-12)
+            <= hw.ep_dispatch_floor_s + 3 * token_bytes / nic + 1e-12)
     # with every node hit, the NIC carries exactly (nodes - 1) copies (the scale-up forwarding may take longer)
     assert (dedup_all_to_all_s(hw, token_bytes, 64, 256, g)
-            >= hw.all_to_all_latency_scale_out_s + 0.999 * 3 * token_bytes / nic)
+            >= hw.ep_dispatch_floor_s + 0.999 * 3 * token_bytes / nic)
 
 
 def test_send_recv_link_choice():

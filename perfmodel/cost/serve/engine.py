@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
-from perfmodel.cost.comm import all_reduce_s, placement_from_stride
+from perfmodel.cost.comm import graph_all_reduce_s, placement_from_stride
 from perfmodel.cost.compute import ATTENTION_FWD_REL_EFFICIENCY, KERNEL_OVERHEAD_S, gemm_rate, hbm_rate, roofline_s
 from perfmodel.cost.dispatch import Dispatch, dispatch_s
 from perfmodel.cost.dtypes import FP8_BLOCK, FP8_BLOCK_WEIGHT_BYTES
@@ -307,16 +307,16 @@ class EngineCost:
         SGLang's EP MoE output or a dispatch (FP8) + combine (BF16) all-to-all over the EP group."""
         g, d, hw = self.geo, self.model.hidden_size, self.hw
         t_rank = tokens / g.attn_dp
-        ar_attn = all_reduce_s(hw, t_rank * d * 2.0, self.attn_group)
+        ar_attn = graph_all_reduce_s(hw, t_rank * d * 2.0, self.attn_group)  # SGLang's custom all-reduce
         t = self.n_layers * ar_attn + (self.n_layers - self.n_moe) * ar_attn  # + dense-FFN layers' all-reduce
         if self.n_moe:
             if g.moe_all_to_all:  # FP8 dispatch, BF16 combine of this GPU's share of the tokens
                 share = tokens / g.unit_gpus
                 t += self.n_moe * sum(
-                    dispatch_s(hw, Dispatch(share, d, self.top_k, self.num_experts, elem, ROLLOUT_DEDUP_DISPATCH),
-                               self.ep_group) for elem in (1.0, 2.0))
+                    dispatch_s(hw, Dispatch(share, d, self.top_k, self.num_experts, elem, ROLLOUT_DEDUP_DISPATCH,
+                                            combine), self.ep_group) for elem, combine in ((1.0, False), (2.0, True)))
             else:
-                t += self.n_moe * all_reduce_s(hw, tokens * d * 2.0, self.unit_group)
+                t += self.n_moe * graph_all_reduce_s(hw, tokens * d * 2.0, self.unit_group)
         return t
 
     # -- forward costs --------------------------------------------------------------------------------------------

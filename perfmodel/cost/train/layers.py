@@ -128,9 +128,10 @@ def ffn_work(f: FFNSpec, s: Shard, imbalance: float = 1.0) -> Work:
     b.mem("router_softmax_topk", t * f.num_experts * FP32_BYTES * 2)
     imb = imbalance if s.ep > 1 else 1.0
     if s.ep > 1:  # dispatch (in the GEMM dtype) and combine forward; their mirrors backward
-        for phase, elem in (("fwd", dtype_bytes(s.precision)), ("fwd", ACT_BYTES), ("bwd", ACT_BYTES),
-                            ("bwd", ACT_BYTES)):
-            b.dispatch(Dispatch(t * imb, h, f.top_k, f.num_experts, elem, s.dedup_dispatch), phase)
+        # backward: the combine's gradient goes out as a dispatch, the dispatch's comes back as a combine
+        for phase, elem, back in (("fwd", dtype_bytes(s.precision), False), ("fwd", ACT_BYTES, True),
+                                  ("bwd", ACT_BYTES, False), ("bwd", ACT_BYTES, True)):
+            b.dispatch(Dispatch(t * imb, h, f.top_k, f.num_experts, elem, s.dedup_dispatch, back), phase)
     rows = t * f.top_k * imb * s.etp  # expert rows on the busiest GPU after dispatch (and the ETP gather)
     if s.etp > 1:
         nbytes = rows * h * ACT_BYTES
@@ -141,9 +142,9 @@ def ffn_work(f: FFNSpec, s: Shard, imbalance: float = 1.0) -> Work:
     local = f.num_experts // s.ep
     il = f.expert_intermediate_size / s.etp
     up = 2 * il if f.gated else il
-    b.gemm("experts_fc1", rows / local, up, h, batch=local, dtype=s.precision)
+    b.gemm("experts_fc1", rows / local, up, h, batch=local, dtype=s.precision, grouped=True)
     b.mem("experts_glu" if f.gated else "experts_act", rows * (up + il) * ACT_BYTES)
-    b.gemm("experts_fc2", rows / local, h, il, batch=local, dtype=s.precision)
+    b.gemm("experts_fc2", rows / local, h, il, batch=local, dtype=s.precision, grouped=True)
     if f.num_shared_experts:
         _mlp(b, "shared", f, f.num_shared_experts * f.shared_intermediate_size, s, s.t_cp)
     return b.build()

@@ -24,12 +24,20 @@ from perfmodel.cost.comm import (
     placement_from_stride,
     send_recv_s,
 )
-from perfmodel.cost.compute import attention_time_s, gemm_time_s, hbm_rate, memory_bound_time_s
+from perfmodel.cost.compute import (
+    attention_time_s,
+    gemm_time_s,
+    grouped_gemm_time_s,
+    hbm_rate,
+    memory_bound_time_s,
+    rows_hit_experts,
+)
 from perfmodel.cost.dispatch import dispatch_s
 from perfmodel.cost.params import stage_params
 from perfmodel.cost.train.eager import as_eager
 from perfmodel.cost.train.layers import (
     ACT_BYTES,
+    Gemm,
     Kernel,
     Shard,
     Work,
@@ -112,11 +120,28 @@ def _kernel_time(hw: HardwareProfile, k: Kernel, backward: bool) -> float:
     return memory_bound_time_s(hw, nbytes, k.kernels)
 
 
+def _grouped_times(hw: HardwareProfile, g: Gemm, t: _Times) -> float:
+    """An MoE layer's grouped GEMM into `t`: forward, its input gradient (the same rows against the transposed
+    weights) and its weight gradients, over the experts its rows reach (cost/compute.py grouped_gemm_time_s).
+    Returns the input-gradient time (what Megatron's async all-gather can hide under)."""
+    rows = g.m * g.batch
+    hit = rows_hit_experts(g.batch, rows)
+    t.fwd += grouped_gemm_time_s(hw, rows, hit, g.n, g.k, g.dtype)
+    dgrad_s = grouped_gemm_time_s(hw, rows, hit, g.k, g.n, g.dtype)
+    t.bwd_in += dgrad_s
+    t.bwd_w += grouped_gemm_time_s(hw, rows, hit, g.n, g.k, g.dtype, wgrad=True,
+                                   out_bytes_per_element=WGRAD_OUT_BYTES)
+    return dgrad_s
+
+
 def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement], eager: bool = False) -> _Times:
     """Times of a work list; `eager`: its fused elementwise kernels run as chains of ATen ops (eager.py)."""
     t = _Times()
     dgrad_s = 0.0
     for g in w.gemms:
+        if g.grouped:
+            dgrad_s += _grouped_times(hw, g, t)
+            continue
         # FP8 casts are kernels of the Work (layers.py fp8_cast_work), not part of the GEMM's time
         f = gemm_time_s(hw, g.m, g.n, g.k, g.dtype, g.batch, quantize=False)
         t.fwd += f

@@ -74,6 +74,7 @@ class Gemm:
     dtype: str = "bf16"
     core_attention: bool = False  # QK^T or PV of a materialized attention: both operands are activations (both
     # gradients are input gradients, B), and selective recompute replays it
+    grouped: bool = False  # one grouped GEMM over `batch` experts sharing m x batch rows (cost/compute.py)
 
     @property
     def flops(self) -> float:
@@ -131,9 +132,9 @@ class Builder:
     comms: list[CommOp] = field(default_factory=list)
 
     def gemm(self, name: str, m: float, n: float, k: float, batch: int = 1, dtype: str = "bf16",
-             core: bool = False) -> None:
+             core: bool = False, grouped: bool = False) -> None:
         if m > 0 and n > 0 and k > 0 and batch > 0:
-            self.gemms.append(Gemm(name, m, n, k, batch, dtype, core))
+            self.gemms.append(Gemm(name, m, n, k, batch, dtype, core, grouped))
 
     def mem(self, name: str, nbytes: float, flops: float = 0.0, kernels: int = 1,
             bwd_factor: float = MEM_BWD_FACTOR, bwd_bytes: float | None = None, bwd_weight: bool = False) -> None:

@@ -1,0 +1,121 @@
+"""The kernel-level terms issue 22 added, one formula each: collective floors by ring steps and the engine's
+in-graph all-reduce, the grouped GEMM by rows per expert, the DeepEP-style dispatch by SMs and its floors."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from perfmodel.cost.comm import GroupPlacement, all_gather_s, all_reduce_s, graph_all_reduce_s, reduce_scatter_s
+from perfmodel.cost.compute import gemm_flops, grouped_gemm_time_s, hbm_rate, rows_hit_experts
+from perfmodel.cost.dispatch import Dispatch, _hit_probability, dispatch_s
+from perfmodel.inputs.hardware import load_hardware
+
+H100 = load_hardware("h100-sxm")
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_a_small_collective_pays_the_base_and_one_step_per_ring_step(n: int) -> None:
+    g = GroupPlacement(n, n)
+    tiny = 1e-6  # a millionth of a byte: the bandwidth term is negligible
+    base, step = H100.collective_latency_scale_up_s, H100.collective_step_latency_scale_up_s
+    assert all_reduce_s(H100, tiny, g) == pytest.approx(base + 2 * (n - 1) * step, rel=1e-6)
+    assert all_gather_s(H100, tiny, g) == pytest.approx(base + (n - 1) * step, rel=1e-6)
+    assert reduce_scatter_s(H100, tiny, g) == pytest.approx(base + (n - 1) * step, rel=1e-6)
+
+
+def test_across_nodes_each_fabric_pays_its_own_steps() -> None:
+    hw = dataclasses.replace(H100, collective_step_latency_scale_out_s=3e-6)
+    g = GroupPlacement(16, 8)  # 2 nodes of 8
+    expected = hw.collective_latency_scale_out_s + 2 * 7 * hw.collective_step_latency_scale_up_s + 2 * 1 * 3e-6
+    assert all_reduce_s(hw, 1.0, g) == pytest.approx(expected, rel=1e-6)
+
+
+def test_the_engine_all_reduce_pays_the_in_graph_floor_inside_a_node_and_nccl_across() -> None:
+    g = GroupPlacement(8, 8)
+    assert graph_all_reduce_s(H100, 1e-6, g) == pytest.approx(H100.graph_all_reduce_latency_s, rel=1e-4)
+    assert all_reduce_s(H100, 1e-6, g) == pytest.approx(
+        H100.collective_latency_scale_up_s + 14 * H100.collective_step_latency_scale_up_s, rel=1e-4)
+    nbytes = 2.0**20
+    across = GroupPlacement(16, 8)
+    assert graph_all_reduce_s(H100, nbytes, across) == all_reduce_s(H100, nbytes, across)
+    assert graph_all_reduce_s(H100, nbytes, GroupPlacement(1, 1)) == 0.0
+
+
+def test_rows_hit_experts_is_all_of_them_for_many_rows_and_about_the_rows_for_few() -> None:
+    assert rows_hit_experts(64, 1e6) == pytest.approx(64)
+    assert rows_hit_experts(64, 1) == pytest.approx(1.0)
+    assert rows_hit_experts(64, 64) == pytest.approx(64 * (1 - (63 / 64) ** 64))
+    assert rows_hit_experts(1, 5) == 1.0 and rows_hit_experts(8, 0) == 0.0
+
+
+def test_a_grouped_gemm_pays_its_hit_experts_weights_and_whole_tiles() -> None:
+    hw = H100
+    n, k, tile = 4096, 2048, hw.grouped_gemm_tile_rows
+    rate = hw.peak("bf16") * hw.gemm_curve("bf16").max_efficiency * hw.grouped_gemm_rel_efficiency
+    # many rows per expert: compute bound, padding to whole tiles of each expert's rows
+    rows, hit = 64 * 1000.0, 64.0
+    padded = hit * math.ceil(1000 / tile) * tile
+    assert grouped_gemm_time_s(hw, rows, hit, n, k, "bf16") == pytest.approx(
+        hw.grouped_gemm_fixed_s + gemm_flops(padded, n, k) / rate)
+    # one row on each of 4 experts: memory bound on the 4 weights read; experts without rows cost nothing
+    few = grouped_gemm_time_s(hw, 4.0, 4.0, n, k, "bf16")
+    weights = 4 * n * k * 2.0
+    assert few == pytest.approx(hw.grouped_gemm_fixed_s + (weights + 4 * k * 2.0 + 4 * n * 2.0) / hbm_rate(hw))
+    assert grouped_gemm_time_s(hw, 4.0, 8.0, n, k, "bf16") > few  # spread over more experts: more weights read
+
+
+def test_a_sequential_expert_loop_pays_each_hit_expert() -> None:
+    cpu = load_hardware("cpu-local")
+    one = grouped_gemm_time_s(cpu, 64.0, 1.0, 256, 256, "bf16")
+    eight = grouped_gemm_time_s(cpu, 64.0, 8.0, 256, 256, "bf16")
+    assert eight - one == pytest.approx(7 * cpu.grouped_gemm_per_expert_s, rel=0.05)
+
+
+def test_grouped_wgrad_writes_each_hit_experts_gradient() -> None:
+    hw = dataclasses.replace(H100, grouped_gemm_fixed_s=0.0)
+    rows, hit, n, k = 8.0, 8.0, 4096, 4096  # memory bound: the gradients written dominate
+    t = grouped_gemm_time_s(hw, rows, hit, n, k, "bf16", wgrad=True, out_bytes_per_element=4.0)
+    assert t == pytest.approx((rows * (k + n) * 2.0 + hit * k * n * 4.0) / hbm_rate(hw))
+
+
+def test_a_deepep_dispatch_is_its_floor_plus_bytes_at_the_slower_of_its_sms_and_the_link() -> None:
+    g = GroupPlacement(8, 8)
+    d = Dispatch(4096, 7168, 8, 256, 1.0, dedup=True)
+    moved = d.send_bytes * 7 * _hit_probability(256, 8, 32)
+    sms = H100.ep_units * H100.ep_dispatch_unit_bytes_per_s
+    link = H100.scale_up_gpu_bytes_per_s * H100.all_to_all_efficiency_scale_up
+    assert dispatch_s(H100, d, g) == pytest.approx(H100.ep_dispatch_floor_s + moved / min(sms, link))
+    combine = dataclasses.replace(d, elem_bytes=2.0, combine=True)
+    sms_c = H100.ep_units * H100.ep_combine_unit_bytes_per_s
+    assert dispatch_s(H100, combine, g) == pytest.approx(H100.ep_combine_floor_s + 2 * moved / min(sms_c, link))
+    many_sms = dataclasses.replace(H100, ep_units=1000)  # then the link bounds it
+    assert dispatch_s(many_sms, d, g) == pytest.approx(H100.ep_dispatch_floor_s + moved / link)
+
+
+def test_the_plain_all_to_all_dispatcher_keeps_the_nccl_floor() -> None:
+    g = GroupPlacement(8, 8)
+    d = Dispatch(16, 7168, 8, 256, 1.0)
+    assert dispatch_s(H100, d, g) < H100.ep_dispatch_floor_s  # small NCCL all-to-all: microseconds, not DeepEP's
+    assert dispatch_s(H100, d, g) > H100.all_to_all_latency_scale_up_s
+
+
+def test_a_collective_takes_the_faster_of_the_two_protocols() -> None:
+    g = GroupPlacement(8, 8)
+    f, extra = H100.small_protocol_bw_fraction, H100.small_protocol_bulk_extra_latency_s
+    fixed = all_reduce_s(H100, 1e-9, g)
+
+    def transfer(nbytes: float) -> float:  # the bulk protocol's transfer time at the full bus bandwidth
+        return 2 * 7 / 8 * nbytes / (H100.scale_up_gpu_bytes_per_s * H100.collective_bus_efficiency_scale_up)
+
+    small, large = 4096.0, 2.0**30
+    assert all_reduce_s(H100, small, g) == pytest.approx(fixed + transfer(small) / f)  # low-latency protocol
+    assert all_reduce_s(H100, large, g) == pytest.approx(fixed + extra + transfer(large))  # bulk protocol
+    crossover = extra * f / (1 - f)  # the transfer time where both protocols take as long
+    mid = crossover / transfer(1.0)
+    assert all_reduce_s(H100, mid, g) == pytest.approx(fixed + crossover / f)
+    assert all_reduce_s(H100, mid, g) > fixed + transfer(mid) * 1.5  # mid-size: well above the one-protocol line
+    mesh = load_hardware("mi355x")  # no mid-size table: one protocol
+    assert mesh.small_protocol_bw_fraction == 1.0 and mesh.small_protocol_bulk_extra_latency_s == 0.0
