@@ -16,6 +16,7 @@ Bad input raises `perfmodel.errors.InputError` (file, field, what to fix), as th
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -252,6 +253,27 @@ def calibrate(cases: PathsLike, *, params: Sequence[str] | None = None, stack: s
     names = list(params or (NUMERIC_KNOBS if any(c.rl for c, _ in loaded) else TRAIN_FIT_KNOBS))
     cal = fit_calibration([c for c, _ in loaded], names, list(hardware_params), hardware=hw,
                           sources=[p for _, p in loaded], command=command)
+    if out is not None:
+        write_calibration(str(out), cal)
+    return cal
+
+
+def calibrate_kernels(tables: PathsLike, *, hardware: str, hardware_params: Sequence[str] = (),
+                      out: str | PathLike | None = None, command: str = "") -> Calibration:
+    """Fit `hardware`'s kernel parameters (default: those the tables' rows are priced with) to measured kernel
+    tables (`executor bench-kernels` output, the project's CSV format, or aiconfigurator-core's folder); the usual
+    overlay, written to `out` when given."""
+    from perfmodel.calibration import write_calibration
+    from perfmodel.calibration_kernels import fit_kernel_calibration
+    from perfmodel.inputs.hardware import load_hardware
+    from perfmodel.kernels.load import load_tables
+
+    hw = load_hardware(hardware, field="--hardware")
+    paths = [Path(p) for p in ([tables] if isinstance(tables, (str, PathLike)) else tables)]
+    rows, problems = load_tables(paths, {hw.id})
+    for line in problems:
+        print(f"skipped: {line}", file=sys.stderr)
+    cal = fit_kernel_calibration(rows, hw, list(hardware_params) or None, [str(p) for p in paths], command)
     if out is not None:
         write_calibration(str(out), cal)
     return cal

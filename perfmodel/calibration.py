@@ -68,11 +68,13 @@ def _stack_param(stack: Stack, name: str) -> Param:
     return Param("stack", name, v, True, math.log(v / 100.0), math.log(v * 100.0))
 
 
-def _hardware_param(hw: HardwareProfile, name: str) -> Param:
+def hardware_param(hw: HardwareProfile, name: str) -> Param:
+    """A hardware parameter to fit: its profile value is the prior; bounds a factor of 10 each way (an efficiency
+    stays <= 1)."""
     v = hw.calibration_params()[name]
     if v <= 0:
         raise InputError("--hardware-params", name, f"{hw.id} has {name} = {v}: nothing to scale in log space")
-    hi = 0.0 if "efficiency" in name else math.log(v * 10.0)  # an efficiency stays <= 1
+    hi = 0.0 if ("efficiency" in name or "fraction" in name) else math.log(v * 10.0)  # a share stays <= 1
     return Param("hardware", name, v, True, math.log(v / 10.0), max(hi, math.log(v)))
 
 
@@ -324,8 +326,34 @@ def _fit_params(scenarios: list[Scenario], stack_names: list[str], hardware_name
         if bad:
             raise InputError("--hardware-params", bad[0], f"not a calibratable parameter of "
                              f"{scenarios[0].hardware.id}; valid: {', '.join(sorted(valid))}")
-        params += [_hardware_param(scenarios[0].hardware, n) for n in hardware_names]
+        params += [hardware_param(scenarios[0].hardware, n) for n in hardware_names]
     return params
+
+
+def refit_until_informed(problem: Any, params: list[Param], n_data: int
+                         ) -> tuple[list[Param], np.ndarray, np.ndarray, dict[str, str]]:
+    """Fit `problem` (anything with `params`, `figures()` and `log_residuals(u)`), refuse the least informed
+    parameter, refit without it, until every one left is informed. Returns (the parameters kept, their log values,
+    their posterior covariance, why each refused one was)."""
+    refused: dict[str, str] = {}
+    active = list(params)
+    u = np.array([math.log(p.start) for p in params])
+    cov = np.zeros((0, 0))
+    last: dict[str, float] = {}
+    for _ in range(len(params) + 1):
+        problem.params = active
+        if not active:
+            break
+        u, jac, used = _solve(problem, last)
+        last = {p.key: float(v) for p, v in zip(active, u)}
+        cov = _posterior(problem, jac, used, residual_scatter(problem.log_residuals(u)))
+        worst = _refusal(active, cov, jac, n_data)
+        if worst is None:
+            break
+        refused[worst[0]] = worst[1]
+        active = [p for p in active if p.key != worst[0]]
+    problem.params = active
+    return active, u, cov, refused
 
 
 def fit_calibration(cases: list[ValidationCase], stack_names: list[str], hardware_names: list[str] = (),
@@ -346,24 +374,7 @@ def fit_calibration(cases: list[ValidationCase], stack_names: list[str], hardwar
     start = np.array([math.log(p.start) for p in params])
     rms_before = float(np.sqrt(np.mean(problem.log_residuals(start) ** 2)))
 
-    refused: dict[str, str] = {}
-    active = list(params)
-    u = start
-    cov = np.zeros((0, 0))
-    last: dict[str, float] = {}
-    for _ in range(len(params) + 1):  # refuse the least informed, refit without it, until all are informed
-        problem.params = active
-        if not active:
-            break
-        u, jac, used = _solve(problem, last)
-        last = {p.key: float(v) for p, v in zip(active, u)}
-        cov = _posterior(problem, jac, used, residual_scatter(problem.log_residuals(u)))
-        worst = _refusal(active, cov, jac, n_data)
-        if worst is None:
-            break
-        refused[worst[0]] = worst[1]
-        active = [p for p in active if p.key != worst[0]]
-    problem.params = active
+    active, u, cov, refused = refit_until_informed(problem, params, n_data)
     resid = problem.log_residuals(u if active else np.zeros(0))
     sigma = residual_scatter(resid)
     fitted = {p.key: float(math.exp(v)) for p, v in zip(active, u)} if active else {}

@@ -29,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--lane", action="append", metavar="NAME", help="only this lane (repeatable; names: "
                    "`perfmodel kernels check --list-lanes`)")
     c.add_argument("--list-lanes", action="store_true", help="print the lanes and exit")
+    c.add_argument("--calibration", action="append", metavar="FILE", default=[],
+                   help="price with a calibration overlay's hardware parameters (perfmodel calibrate --kernels)")
     c.add_argument("--by-gpu", action="store_true", help="one row per lane, GPU and regime (default: pooled over "
                    "GPUs, with each GPU's median beside)")
     c.add_argument("--rows-per-table", type=int, default=DEFAULT_ROWS_PER_TABLE, metavar="N",
@@ -80,7 +82,7 @@ def run_check(args: argparse.Namespace) -> int:
                          "or folder, or `pip install 'perfmodel[kernels]'` for aiconfigurator-core's")
     t0 = time.perf_counter()
     rows, problems = load_tables(paths, hardware, args.rows_per_table or None)
-    result = check_rows(rows, lanes or None)
+    result = check_rows(rows, lanes or None, _calibrated_profiles(args.calibration))
     result.problems[:0] = problems
     elapsed_s = time.perf_counter() - t0
     if args.format == "json":
@@ -90,6 +92,20 @@ def run_check(args: argparse.Namespace) -> int:
     else:
         _print_check(result, args.by_gpu, args.worst, len(rows), elapsed_s)
     return 0 if result.priced else 1
+
+
+def _calibrated_profiles(paths: list[str]) -> dict:
+    """hardware id -> the profile with each overlay's hardware parameters."""
+    from perfmodel.calibration import load_calibration
+    from perfmodel.inputs.hardware import load_hardware
+
+    out = {}
+    for path in paths:
+        cal = load_calibration(path)
+        if not cal.hardware:
+            raise InputError(path, "hardware", "this overlay fits no hardware parameters: nothing to price with")
+        out[cal.hardware] = cal.hardware_profile(out.get(cal.hardware) or load_hardware(cal.hardware))
+    return out
 
 
 def _print_check(result, by_gpu: bool, worst: int, n_rows: int, elapsed_s: float) -> None:
