@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,10 @@ CASES_DIR = REPO / "studies" / "validation" / "cases"
 @pytest.fixture(autouse=True)
 def _user_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test's executor store and run folders in its own data dir (executor/store_path.py), never the
-    user's ~/.local/share/perfmodel; subprocesses inherit it."""
+    user's ~/.local/share/perfmodel, and its own sweep result cache; subprocesses inherit them."""
     data = tmp_path_factory.mktemp("xdg-data")
     monkeypatch.setenv("XDG_DATA_HOME", str(data))
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(data / "sweep-cache"))  # never the user's, never shared
     monkeypatch.delenv("EXECUTOR_STORE", raising=False)
     return data
 
@@ -62,12 +64,33 @@ def write_yaml(path: Path, data: dict) -> Path:
     return path
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """How many bad inputs the counted fuzz tried, per kind (tests/test_fuzz_counted.py)."""
+def _fuzz_counts() -> Counter:
+    """This process's counted-fuzz tallies (tests/test_fuzz_counted.py COUNTS), empty when it ran none."""
     import sys
 
     module = next((m for name, m in sys.modules.items() if name.endswith("test_fuzz_counted")), None)
-    counts = getattr(module, "COUNTS", None)
+    return Counter(getattr(module, "COUNTS", None) or {})
+
+
+_WORKER_FUZZ_COUNTS: Counter = Counter()  # under pytest-xdist: what each worker sent back when it finished
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its fuzz tallies to the controller (which prints the summary)."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["fuzz_counts"] = [[k[0], k[1], v] for k, v in _fuzz_counts().items()]
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook, called on the controller as each worker ends
+def pytest_testnodedown(node: object, error: object) -> None:
+    for kind, outcome, count in getattr(node, "workeroutput", {}).get("fuzz_counts", []):
+        _WORKER_FUZZ_COUNTS[kind, outcome] += count
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many bad inputs the counted fuzz tried, per kind (tests/test_fuzz_counted.py), summed over xdist
+    workers when the suite ran on several."""
+    counts = _fuzz_counts() + _WORKER_FUZZ_COUNTS
     if not counts:
         return
     kinds = sorted({k for k, _ in counts})

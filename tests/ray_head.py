@@ -85,7 +85,7 @@ def _stop_tree(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
     proc.wait(timeout=5)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")  # one head per test module: starting and stopping one costs about 17 s
 def ray_head():
     pytest.importorskip("psutil")
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")

@@ -26,6 +26,8 @@ from perfmodel.cli import main as perfmodel_main
 from perfmodel.errors import InputError
 from tests.conftest import CASES_DIR, REPO
 
+# under pytest-xdist every kind runs on one worker, so the last test sees every count
+pytestmark = pytest.mark.xdist_group("fuzz")
 COUNTS: Counter[tuple[str, str]] = Counter()  # (kind, rejected | accepted) -> inputs tried
 # Inputs per kind in CI: 10,200 in all, more of the kinds that cost little (a log line parses in 3 ms; a
 # plan, sweep file, record or model config takes 30-40 ms): about 2.5 minutes on an AVX2 2-core host.

@@ -11,6 +11,9 @@ import pytest
 from scripts.snapshot_predictions import SNAPSHOT, snapshot
 from tests.conftest import validation_report
 
+# under pytest-xdist both modules run on one worker, which simulates the shared case folders once
+pytestmark = pytest.mark.xdist_group("validation_report")
+
 REL = 1e-9  # float sums may reorder in a refactor; anything larger is a model change
 
 

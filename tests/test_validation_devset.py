@@ -11,6 +11,9 @@ import pytest
 
 from tests.conftest import validation_report
 
+# under pytest-xdist both modules run on one worker, which simulates the shared case folders once
+pytestmark = pytest.mark.xdist_group("validation_report")
+
 STUDIES = Path(__file__).resolve().parents[1] / "studies" / "validation"
 DEVSET = STUDIES / "mbridge-archive" / "cases"
 AMD = STUDIES / "amd-published" / "cases"
