@@ -128,11 +128,12 @@ def gemm_time_s(
 def attention_time_s(
     hw: HardwareProfile, flops: float, nbytes: float, dtype: str = "bf16", backward: bool = False
 ) -> float:
-    """A fused attention kernel (flash style): GEMM-like compute at a lower relative efficiency, or HBM."""
+    """A fused attention kernel (flash style): its fixed time (the profile's prefill attention floor), then
+    GEMM-like compute at a lower relative efficiency, or HBM."""
     if flops <= 0 and nbytes <= 0:
         return 0.0
     rel = ATTENTION_BWD_REL_EFFICIENCY if backward else ATTENTION_FWD_REL_EFFICIENCY
-    return max(compute_time_s(hw, flops, dtype, rel), memory_bound_time_s(hw, nbytes))
+    return hw.attention_prefill_floor_s + max(compute_time_s(hw, flops, dtype, rel), memory_bound_time_s(hw, nbytes))
 
 
 def rows_hit_experts(experts: float, rows: float) -> float:

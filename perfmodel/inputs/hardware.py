@@ -130,6 +130,13 @@ class EPKernelFile(_Strict):
     units: Positive  # SMs / CUs the framework gives it by default
 
 
+class AttentionFloorFile(_Strict):
+    """The fixed time of one attention kernel (launch, scheduling metadata, tail) at the smallest shapes."""
+
+    decode: NonNegative  # an engine's decode attention (paged KV, one query per sequence)
+    prefill: NonNegative  # a causal prefill / training flash-attention forward (its backward pays it too)
+
+
 class ProtocolFile(_Strict):
     """Two protocols, the faster taken per message: a low-latency one at a fraction of the bus bandwidth (NCCL's
     LL, a custom all-reduce's one-shot) and a bulk one at the full bus bandwidth after an extra latency."""
@@ -151,6 +158,7 @@ class EfficiencyFile(_Strict):
     all_to_all_latency_s: PerFabric | None = None  # per-call floor of an all-to-all; default: collective_latency_s
     grouped_gemm: GroupedGemmFile
     ep_kernel: EPKernelFile
+    attention_floor_s: AttentionFloorFile
     optimizer_hbm: Frac
     host_link: Frac
 
@@ -245,6 +253,8 @@ class HardwareProfile:
     ep_dispatch_unit_bytes_per_s: float
     ep_combine_unit_bytes_per_s: float
     ep_units: int
+    attention_decode_floor_s: float
+    attention_prefill_floor_s: float
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def peak(self, dtype: str) -> float:
@@ -286,6 +296,8 @@ class HardwareProfile:
         "ep_combine_floor_s",
         "ep_dispatch_unit_bytes_per_s",
         "ep_combine_unit_bytes_per_s",
+        "attention_decode_floor_s",
+        "attention_prefill_floor_s",
     )
 
     def calibration_params(self) -> dict[str, float]:
@@ -411,6 +423,8 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         ep_dispatch_unit_bytes_per_s=e.ep_kernel.dispatch_unit_bytes_per_s.value,
         ep_combine_unit_bytes_per_s=e.ep_kernel.combine_unit_bytes_per_s.value,
         ep_units=int(e.ep_kernel.units.value),
+        attention_decode_floor_s=e.attention_floor_s.decode.value,
+        attention_prefill_floor_s=e.attention_floor_s.prefill.value,
         sources=sources,
     )
 

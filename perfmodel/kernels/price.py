@@ -68,22 +68,23 @@ def _keys(r: KernelRow, before: int, new: int) -> float:
 
 
 def _prefill_engine(r: KernelRow, hw: HardwareProfile) -> float:
-    """EngineCost.prefill_s: the causal (query, key) pairs' FLOPs at the engine's attention rate, plus one
-    kernel floor."""
+    """EngineCost.prefill_s: the causal (query, key) pairs' FLOPs at the engine's attention rate, plus the prefill
+    attention kernel's floor (EngineCost.floor_s)."""
     rates = engine_rates(hw, "bf16")
     _, entry_flops = gqa_kv_entry(r.get("head_dim"), r.get("kv_heads"), r.get("heads"), "bf16")
     pairs = r.get("batch") * _keys(r, r.get("cached"), r.get("seq"))
-    return pairs * entry_flops / rates.attn_flops_per_s + KERNEL_FLOOR_S
+    return pairs * entry_flops / rates.attn_flops_per_s + hw.attention_prefill_floor_s
 
 
 def _decode_engine(r: KernelRow, hw: HardwareProfile) -> float:
-    """EngineCost.attn_time: per request and cached token, the K/V read and its QK/PV on a roofline."""
+    """EngineCost.attn_time: per request and cached token, the K/V read and its QK/PV on a roofline, plus the
+    decode attention kernel's floor (EngineCost.floor_s)."""
     rates = engine_rates(hw, "bf16")
     kv_dtype = "fp8" if r.dtype in ("fp8", "fp8_block") else "bf16"
     e, fl = gqa_kv_entry(r.get("head_dim"), r.get("kv_heads"), r.get("heads"), kv_dtype)
     per_token = roofline_s(e, rates.hbm_bytes_per_s, fl, rates.attn_flops_per_s)
     kv = min(r.get("kv_len"), r.get("window")) if r.get("window") else r.get("kv_len")
-    return r.get("batch") * kv * per_token + KERNEL_FLOOR_S
+    return r.get("batch") * kv * per_token + hw.attention_decode_floor_s
 
 
 def _moe_shape(r: KernelRow) -> tuple[float, float, float, int, float]:

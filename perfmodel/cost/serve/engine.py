@@ -332,8 +332,12 @@ class EngineCost:
             t += roofline_s(hit_bytes, self.bw, tokens * self.expert_flops_per_token, self.peak_gemm)
         return t
 
-    def floor_s(self) -> float:
-        return self.kernels_per_layer * self.n_layers * self.params.kernel_floor_s * self.compute_scale
+    def floor_s(self, prefill: bool = False) -> float:
+        """The fixed time of one forward's kernels: per layer, its attention kernel's floor (the profile's decode
+        or prefill attention floor) and every other kernel's (`kernel_floor_s`)."""
+        attention = self.hw.attention_prefill_floor_s if prefill else self.hw.attention_decode_floor_s
+        per_layer = (self.kernels_per_layer - 1) * self.params.kernel_floor_s + attention
+        return per_layer * self.n_layers * self.compute_scale
 
     def decode_base(self, batch: int) -> float:
         """Decode step time without the KV term, for `batch` running requests."""
@@ -355,7 +359,7 @@ class EngineCost:
         left = total
         while left > 0:
             n = min(chunk, left)
-            t += self.gemm_s(n) + self.comm_s(n) + self.floor_s() + self.params.prefill_host_overhead_s
+            t += self.gemm_s(n) + self.comm_s(n) + self.floor_s(prefill=True) + self.params.prefill_host_overhead_s
             left -= n
         # Causal attention over the prompt: sum_{x=1..p} min(x / r, cap) entries per component, compute-bound.
         flops = 0.0
