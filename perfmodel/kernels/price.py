@@ -23,7 +23,7 @@ from perfmodel.cost.compute import (
     rows_hit_experts,
 )
 from perfmodel.cost.dispatch import Dispatch, dispatch_s
-from perfmodel.cost.serve.engine import KERNEL_FLOOR_S, engine_rates, experts_hit, gqa_kv_entry
+from perfmodel.cost.serve.engine import KERNEL_FLOOR_S, engine_rates, expert_layer_s, gqa_kv_entry
 from perfmodel.cost.train.attention import flash_core
 from perfmodel.cost.train.work import ACT_BYTES
 from perfmodel.inputs.hardware import HardwareProfile
@@ -107,15 +107,12 @@ def _moe_train(r: KernelRow, hw: HardwareProfile) -> float:
 
 
 def _moe_engine(r: KernelRow, hw: HardwareProfile) -> float:
-    """EngineCost.gemm_s, expert part: the weights of the experts hit read once, the FLOPs at the engine's GEMM
-    rate, on one roofline; plus the MoE kernels' floors (router top-k, align, two GEMMs, activation)."""
-    rows, h, il, local, tokens = _moe_shape(r)
-    dt = MODEL_DTYPE[r.dtype]
-    rates = engine_rates(hw, "fp8" if dt == "fp8" else "bf16")
-    w_bytes = 3 * h * il * (1.0 if dt == "fp8" else 2.0)
-    hit_local = experts_hit(r.get("experts"), r.get("topk"), tokens) / r.get("ep")
-    flops = 2.0 * rows * 3 * h * il
-    return roofline_s(hit_local * w_bytes, rates.hbm_bytes_per_s, flops, rates.gemm_flops_per_s) + 4 * KERNEL_FLOOR_S
+    """EngineCost.gemm_s, expert part (engine.expert_layer_s: the grouped GEMMs over the experts the tokens hit),
+    plus the engine's other MoE kernels' floors (router top-k, align/sort, activation)."""
+    _, h, il, _, tokens = _moe_shape(r)
+    dt = "fp8" if MODEL_DTYPE[r.dtype] == "fp8" else "bf16"
+    return (expert_layer_s(hw, tokens, r.get("topk"), r.get("experts"), r.get("ep"), int(h), il, True, dt)
+            + 3 * KERNEL_FLOOR_S)
 
 
 def _placement(r: KernelRow, hw: HardwareProfile) -> GroupPlacement:

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from perfmodel.cost.comm import graph_all_reduce_s, placement_from_stride
-from perfmodel.cost.compute import ATTENTION_FWD_REL_EFFICIENCY, KERNEL_OVERHEAD_S, gemm_rate, hbm_rate, roofline_s
+from perfmodel.cost.compute import (
+    ATTENTION_FWD_REL_EFFICIENCY,
+    KERNEL_OVERHEAD_S,
+    gemm_rate,
+    grouped_gemm_time_s,
+    hbm_rate,
+    roofline_s,
+)
 from perfmodel.cost.dispatch import Dispatch, dispatch_s
 from perfmodel.cost.dtypes import FP8_BLOCK, FP8_BLOCK_WEIGHT_BYTES
 from perfmodel.cost.memory.rollout import rollout_memory
@@ -194,6 +201,19 @@ def experts_hit(experts: int, top_k: int, tokens: float) -> float:
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
+def expert_layer_s(hw: HardwareProfile, tokens: float, top_k: int, experts: int, ep: int, hidden: int,
+                   intermediate: float, gated: bool, dtype: str) -> float:
+    """One MoE layer's gate-up and down grouped GEMMs on one engine GPU: `tokens` x top-k rows spread over `ep`
+    ranks, reaching the experts they hit (uniform top-k), each expert [hidden, intermediate] on this GPU."""
+    if tokens <= 0:
+        return 0.0
+    rows = tokens * top_k / ep
+    hit = experts_hit(experts, top_k, tokens) / ep
+    up = 2.0 * intermediate if gated else intermediate
+    return (grouped_gemm_time_s(hw, rows, hit, up, hidden, dtype)
+            + grouped_gemm_time_s(hw, rows, hit, hidden, intermediate, dtype))
+
+
 class EngineCost:
     """Per-GPU cost of one engine (scheduler) forward. Built once per scenario; `decode_base(B)` is cached."""
 
@@ -223,7 +243,6 @@ class EngineCost:
         # the rollout precision; router and LM head BF16; mHC mixers and norms FP32/BF16 (as in the FP8 checkpoint).
         r = params_by_role(m)
         attn, shared, dense_mlp, router, small = r.attention, r.shared_experts, r.dense_mlp, r.router, r.small_bytes
-        expert_params = r.expert
         self.n_moe, self.num_experts, self.top_k = r.moe_layers, r.num_experts, r.top_k
         self.n_layers = len(m.layers)
         head = m.vocab_size * d
@@ -232,8 +251,10 @@ class EngineCost:
         self.dense_bytes = (attn * wq / g.attn_tp + (shared + dense_mlp) * wq / u + router * 2.0
                             + head * 2.0 / u + small)
         self.dense_flops_per_token = 2.0 * (attn + shared + dense_mlp + router + head) / u
-        self.expert_bytes = expert_params * wq / u  # one expert's share on one GPU
-        self.expert_flops_per_token = 2.0 * self.top_k * expert_params * self.n_moe / u
+        moe = next((layer.ffn for layer in m.layers if layer.ffn.kind == "moe"), None)
+        # one expert's GEMMs on one GPU: gate-up [h, 2i or i] and down [i, h], its intermediate split moe_tp ways
+        self.expert_shape = (moe.hidden_size, moe.expert_intermediate_size / g.moe_tp, moe.gated) if moe else None
+        self.grouped_dtype = "fp8" if ro.precision == "fp8" else "bf16"
         mem = rollout_memory(scn)
         self.weights_bytes_per_gpu = mem.weights_bytes
         self.kv_bytes_per_token = mem.kv_bytes_per_token
@@ -325,19 +346,28 @@ class EngineCost:
         return experts_hit(self.num_experts, self.top_k, tokens)
 
     def gemm_s(self, tokens: float) -> float:
-        """Dense and routed-expert GEMMs of one forward over `tokens` tokens (weights read once)."""
+        """Dense GEMMs (weights read once) and each MoE layer's grouped expert GEMMs of one forward over `tokens`."""
         t = roofline_s(self.dense_bytes, self.bw, tokens * self.dense_flops_per_token, self.peak_gemm)
-        if self.n_moe:
-            hit_bytes = self.experts_hit(tokens) * self.n_moe * self.expert_bytes
-            t += roofline_s(hit_bytes, self.bw, tokens * self.expert_flops_per_token, self.peak_gemm)
-        return t
+        return t + self.n_moe * self.expert_layer_s(tokens)
+
+    def expert_layer_s(self, tokens: float) -> float:
+        """One MoE layer's gate-up and down grouped GEMMs on one GPU (cost/compute.py grouped_gemm_time_s, as
+        training prices them): the unit's `tokens` x top-k rows spread over its EP ranks, reaching the experts they
+        hit, at the stack's rollout compute scale."""
+        if not self.expert_shape:
+            return 0.0
+        d, il, gated = self.expert_shape
+        return expert_layer_s(self.hw, tokens, self.top_k, self.num_experts, self.geo.ep, d, il, gated,
+                              self.grouped_dtype) * self.compute_scale
 
     def floor_s(self, prefill: bool = False) -> float:
         """The fixed time of one forward's kernels: per layer, its attention kernel's floor (the profile's decode
-        or prefill attention floor) and every other kernel's (`kernel_floor_s`)."""
+        or prefill attention floor) and every other kernel's (`kernel_floor_s`), less an MoE layer's two grouped
+        GEMMs (expert_layer_s prices their fixed time)."""
         attention = self.hw.attention_prefill_floor_s if prefill else self.hw.attention_decode_floor_s
         per_layer = (self.kernels_per_layer - 1) * self.params.kernel_floor_s + attention
-        return per_layer * self.n_layers * self.compute_scale
+        grouped = 2 * self.n_moe * self.params.kernel_floor_s
+        return (per_layer * self.n_layers - grouped) * self.compute_scale
 
     def decode_base(self, batch: int) -> float:
         """Decode step time without the KV term, for `batch` running requests."""
