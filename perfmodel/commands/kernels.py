@@ -7,9 +7,14 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from perfmodel.errors import InputError
 from perfmodel.report.console import FORMATS, console, new_table, write_rows
+
+if TYPE_CHECKING:
+    from perfmodel.inputs.hardware import HardwareProfile
+    from perfmodel.kernels.check import CheckResult
 
 DEFAULT_ROWS_PER_TABLE = 3000
 
@@ -94,12 +99,12 @@ def run_check(args: argparse.Namespace) -> int:
     return 0 if result.priced else 1
 
 
-def _calibrated_profiles(paths: list[str]) -> dict:
+def _calibrated_profiles(paths: list[str]) -> dict[str, HardwareProfile]:
     """hardware id -> the profile with each overlay's hardware parameters."""
     from perfmodel.calibration import load_calibration
     from perfmodel.inputs.hardware import load_hardware
 
-    out = {}
+    out: dict[str, HardwareProfile] = {}
     for path in paths:
         cal = load_calibration(path)
         if not cal.hardware:
@@ -108,8 +113,9 @@ def _calibrated_profiles(paths: list[str]) -> dict:
     return out
 
 
-def _print_check(result, by_gpu: bool, worst: int, n_rows: int, elapsed_s: float) -> None:
+def _print_check(result: CheckResult, by_gpu: bool, worst: int, n_rows: int, elapsed_s: float) -> None:
     from perfmodel.kernels.check import ALL, REGIMES
+    from perfmodel.kernels.table import format_shape
 
     out = console()
     for line in result.problems:
@@ -136,18 +142,12 @@ def _print_check(result, by_gpu: bool, worst: int, n_rows: int, elapsed_s: float
     if worst:
         for lane in sorted({p.lane for p in result.priced}):
             for p in result.worst(lane, worst):
-                out.print(f"worst {lane}: {p.row.hardware} {p.row.op} {p.row.dtype} {_shape(p.row.shape)}: "
+                out.print(f"worst {lane}: {p.row.hardware} {p.row.op} {p.row.dtype} {format_shape(p.row.shape)}: "
                           f"measured {p.row.latency_s * 1e6:,.1f} us, predicted {p.predicted_s * 1e6:,.1f} us "
                           f"(x{p.ratio:.2f}) {p.row.where or p.row.source}", markup=False, highlight=False,
                           soft_wrap=True)
     out.print(f"{len(result.priced):,} prices of {n_rows:,} rows in {elapsed_s:.1f} s", markup=False,
               highlight=False)
-
-
-def _shape(shape) -> str:
-    from perfmodel.kernels.table import format_shape
-
-    return format_shape(shape)
 
 
 def run_show(args: argparse.Namespace) -> int:

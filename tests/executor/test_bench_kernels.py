@@ -83,15 +83,20 @@ def test_out_must_be_a_writable_folder(tmp_path, capsys, where):
     assert err.count("\n") == 1 and "--out" in err and "Traceback" not in err
 
 
-def test_interrupt_keeps_the_rows_measured(tmp_path, capsys):
-    seen: list[KernelRow] = []
+def _stop_after(count: int, seen: list[KernelRow]):
+    """An on_row callback that keeps the rows it is shown and presses Ctrl-C at the `count`-th."""
 
-    def stop_after_three(row: KernelRow) -> None:
+    def on_row(row: KernelRow) -> None:
         seen.append(row)
-        if len(seen) == 3:
+        if len(seen) == count:
             raise KeyboardInterrupt
 
-    result = runner.run_bench(_tiny_config(tmp_path, ("gemm", "attention_prefill")), on_row=stop_after_three)
+    return on_row
+
+
+def test_interrupt_keeps_the_rows_measured(tmp_path, capsys):
+    seen: list[KernelRow] = []
+    result = runner.run_bench(_tiny_config(tmp_path, ("gemm", "attention_prefill")), on_row=_stop_after(3, seen))
     assert result.interrupted and result.rows_kept == 3
     kept = [(r.op, r.shape, r.dtype, r.repetitions) for r in _read_all(tmp_path)]
     assert kept == [(r.op, r.shape, r.dtype, r.repetitions) for r in seen]  # exactly what was reported, all readable
@@ -122,13 +127,7 @@ def test_interrupt_during_collectives_stops_the_ranks(tmp_path):
     import multiprocessing
 
     seen: list[KernelRow] = []
-
-    def stop_after_two(row: KernelRow) -> None:
-        seen.append(row)
-        if len(seen) == 2:
-            raise KeyboardInterrupt
-
-    result = runner.run_bench(_tiny_config(tmp_path, ("all_reduce", "all_to_all")), on_row=stop_after_two)
+    result = runner.run_bench(_tiny_config(tmp_path, ("all_reduce", "all_to_all")), on_row=_stop_after(2, seen))
     assert result.interrupted and result.rows_kept == 2
     rows = _read_all(tmp_path)
     assert [r.op for r in rows] == ["all_reduce", "all_reduce"] and all(r.world_size == 2 for r in rows)
