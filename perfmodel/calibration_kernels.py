@@ -54,6 +54,9 @@ def default_kernel_params(hw: HardwareProfile, rows: list[KernelRow]) -> list[st
             dt = {"fp16": "bf16", "fp8_block": "fp8", "mxfp8": "fp8"}.get(r.dtype, r.dtype)
             dt = dt if f"gemm_max_efficiency_{dt}" in values else "bf16"
             extra = (f"gemm_max_efficiency_{dt}", f"gemm_half_flops_{dt}")
+            if r.variant == "engine" and r.dtype not in ("bf16", "fp16"):  # an engine linear's recipe terms
+                recipe = {"mxfp8": "fp8_block"}.get(r.dtype, r.dtype)
+                extra += (f"engine_gemm_{recipe}_rel_efficiency", "engine_quant_fixed_s")
         for n in (*OP_PARAMS.get(r.op, ()), *extra):
             if n not in names and values.get(n, 0.0) > 0:
                 names.append(n)

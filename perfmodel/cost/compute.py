@@ -125,6 +125,45 @@ def gemm_time_s(
     return t
 
 
+ENGINE_RECIPES = ("bf16", "fp8", "fp8_block", "fp4")
+"""An engine linear's recipes: BF16; FP8 with per-tensor / per-token scales; FP8 with block scales (DeepSeek-style
+128x128 weights, 1x128 activation groups; MXFP8 alike); FP4 (NVFP4 / MXFP4)."""
+
+
+def engine_gemm_rate(hw: HardwareProfile, recipe: str, one_gemm_flops: float | None = None) -> float:
+    """FLOP/s of an inference engine's GEMM: the dense curve of the recipe's dtype (no production-shape factor: the
+    engine's shapes are what they are) x the profile's engine efficiency for a low-precision recipe. The one rate
+    the engine (cost/serve/engine.py) and the kernel check both read."""
+    dtype = "fp8" if recipe == "fp8_block" else recipe
+    rate = gemm_rate(hw, dtype, one_gemm_flops, shape_factor=False)
+    rel = {"fp8": hw.engine_gemm_fp8_rel_efficiency, "fp8_block": hw.engine_gemm_fp8_block_rel_efficiency,
+           "fp4": hw.engine_gemm_fp4_rel_efficiency}.get(recipe, 1.0)
+    return rate * rel
+
+
+def activation_quant_time_s(hw: HardwareProfile, m: float, k: float, recipe: str) -> float:
+    """The engine's dynamic quantize of a low-precision GEMM's activations [m, k] (its own kernel before the GEMM):
+    the profile's `engine_quant_fixed_s`, then the BF16 read and the low-precision write at `hbm_rate`. 0 for BF16,
+    and where the profile's fixed time is 0: an engine with no low-precision GEMM (cpu-local: SGLang on CPU runs the
+    dequantized BF16 weights) quantizes nothing."""
+    if recipe == "bf16" or m <= 0 or k <= 0 or hw.engine_quant_fixed_s <= 0:
+        return 0.0
+    dtype = "fp8" if recipe == "fp8_block" else recipe
+    return hw.engine_quant_fixed_s + quantize_hbm_bytes(m, k, dtype) / hbm_rate(hw)
+
+
+def engine_gemm_time_s(hw: HardwareProfile, m: float, n: float, k: float, recipe: str) -> float:
+    """One inference-engine linear [m, k] @ [k, n] in `recipe` (ENGINE_RECIPES): the GEMM kernel's fixed time
+    (KERNEL_OVERHEAD_S, the engine's per-kernel floor), its roofline at `engine_gemm_rate` (the curve's efficiency
+    at this GEMM's FLOPs), and for FP8/FP4 the activation quantize kernel before it."""
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    dtype = "fp8" if recipe == "fp8_block" else recipe
+    flops = gemm_flops(m, n, k)
+    t = roofline_s(gemm_hbm_bytes(m, n, k, dtype), hbm_rate(hw), flops, engine_gemm_rate(hw, recipe, flops))
+    return KERNEL_OVERHEAD_S + t + activation_quant_time_s(hw, m, k, recipe)
+
+
 def attention_time_s(
     hw: HardwareProfile, flops: float, nbytes: float, dtype: str = "bf16", backward: bool = False
 ) -> float:

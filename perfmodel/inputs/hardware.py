@@ -137,6 +137,24 @@ class AttentionFloorFile(_Strict):
     prefill: NonNegative  # a causal prefill / training flash-attention forward (its backward pays it too)
 
 
+class EngineGemmRelFile(_Strict):
+    """An engine's low-precision GEMM rate relative to the dense curve's (no production-shape factor), per recipe."""
+
+    fp8: Positive  # per-tensor / per-token scaled FP8 (w8a8, dynamic activation scales)
+    fp8_block: Positive  # block-scaled FP8 (128x128 weight blocks, 1x128 activation groups; MXFP8 alike)
+    fp4: Positive  # NVFP4 / MXFP4
+
+
+class EngineGemmFile(_Strict):
+    """An inference engine's linear layer (SGLang, vLLM, TRT-LLM): the GEMM at its recipe's rate and, in low
+    precision, the kernel that quantizes the activations first (cost/compute.py engine_gemm_time_s)."""
+
+    # the dynamic activation-quantize kernel's fixed time (launch, reduction, tail); 0: the engine has no
+    # low-precision GEMM and quantizes nothing (cpu-local)
+    quant_fixed_s: NonNegative
+    rel_efficiency: EngineGemmRelFile
+
+
 class ProtocolFile(_Strict):
     """Two protocols, the faster taken per message: a low-latency one at a fraction of the bus bandwidth (NCCL's
     LL, a custom all-reduce's one-shot) and a bulk one at the full bus bandwidth after an extra latency."""
@@ -159,6 +177,7 @@ class EfficiencyFile(_Strict):
     grouped_gemm: GroupedGemmFile
     ep_kernel: EPKernelFile
     attention_floor_s: AttentionFloorFile
+    engine_gemm: EngineGemmFile
     optimizer_hbm: Frac
     host_link: Frac
 
@@ -255,6 +274,10 @@ class HardwareProfile:
     ep_units: int
     attention_decode_floor_s: float
     attention_prefill_floor_s: float
+    engine_quant_fixed_s: float
+    engine_gemm_fp8_rel_efficiency: float
+    engine_gemm_fp8_block_rel_efficiency: float
+    engine_gemm_fp4_rel_efficiency: float
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def peak(self, dtype: str) -> float:
@@ -298,6 +321,10 @@ class HardwareProfile:
         "ep_combine_unit_bytes_per_s",
         "attention_decode_floor_s",
         "attention_prefill_floor_s",
+        "engine_quant_fixed_s",
+        "engine_gemm_fp8_rel_efficiency",
+        "engine_gemm_fp8_block_rel_efficiency",
+        "engine_gemm_fp4_rel_efficiency",
     )
 
     def calibration_params(self) -> dict[str, float]:
@@ -425,6 +452,10 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         ep_units=int(e.ep_kernel.units.value),
         attention_decode_floor_s=e.attention_floor_s.decode.value,
         attention_prefill_floor_s=e.attention_floor_s.prefill.value,
+        engine_quant_fixed_s=e.engine_gemm.quant_fixed_s.value,
+        engine_gemm_fp8_rel_efficiency=e.engine_gemm.rel_efficiency.fp8.value,
+        engine_gemm_fp8_block_rel_efficiency=e.engine_gemm.rel_efficiency.fp8_block.value,
+        engine_gemm_fp4_rel_efficiency=e.engine_gemm.rel_efficiency.fp4.value,
         sources=sources,
     )
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from perfmodel.cost.comm import GroupPlacement, collective_s, graph_all_reduce_s
 from perfmodel.cost.compute import (
     attention_time_s,
+    engine_gemm_time_s,
     gemm_time_s,
     grouped_gemm_time_s,
     memory_bound_time_s,
@@ -47,6 +48,12 @@ class Lane:
 def _gemm(r: KernelRow, hw: HardwareProfile) -> float:
     # The GEMM kernel alone: training prices its FP8 casts as kernels of their own (cost/train/stage.py)
     return gemm_time_s(hw, r.get("m"), r.get("n"), r.get("k"), MODEL_DTYPE[r.dtype], quantize=False)
+
+
+def _gemm_engine(r: KernelRow, hw: HardwareProfile) -> float:
+    """An engine's linear layer as the engine prices it (cost/compute.py engine_gemm_time_s): the recipe's rate
+    and, in FP8/FP4, the activation quantize kernel the measured op runs first."""
+    return engine_gemm_time_s(hw, r.get("m"), r.get("n"), r.get("k"), _gemm_lane_dtype(r.dtype))
 
 
 def _prefill_train(r: KernelRow, hw: HardwareProfile) -> float:
@@ -139,7 +146,8 @@ def _dispatch(r: KernelRow, hw: HardwareProfile) -> float:
 
 
 LANES: tuple[Lane, ...] = (
-    *(Lane(f"gemm {dt}", "gemm", ("", "engine"), _gemm) for dt in ("bf16", "fp8", "fp8_block", "fp4")),
+    *(Lane(f"gemm {dt}", "gemm", ("",), _gemm) for dt in ("bf16", "fp8", "fp8_block", "fp4")),
+    *(Lane(f"gemm {dt} engine", "gemm", ("engine",), _gemm_engine) for dt in ("bf16", "fp8", "fp8_block", "fp4")),
     Lane("attention_prefill train", "attention_prefill", ("", "engine"), _prefill_train,
          lambda r: r.get("cached") == 0),
     Lane("attention_prefill engine", "attention_prefill", ("", "engine"), _prefill_engine),
@@ -162,7 +170,7 @@ def lanes_for(row: KernelRow) -> list[Lane]:
     for lane in LANES:
         if lane.op != row.op or row.variant not in lane.variants or not lane.accepts(row):
             continue
-        if lane.op == "gemm" and lane.name != f"gemm {_gemm_lane_dtype(row.dtype)}":
+        if lane.op == "gemm" and lane.name.split()[1] != _gemm_lane_dtype(row.dtype):
             continue
         out.append(lane)
     return out

@@ -1,5 +1,6 @@
 """The kernel-level terms issue 22 added, one formula each: collective floors by ring steps and the engine's
-in-graph all-reduce, the grouped GEMM by rows per expert, the DeepEP-style dispatch by SMs and its floors."""
+in-graph all-reduce, the grouped GEMM by rows per expert, the DeepEP-style dispatch by SMs and its floors, the
+engine's linear by recipe with its activation quantize."""
 
 from __future__ import annotations
 
@@ -9,7 +10,17 @@ import math
 import pytest
 
 from perfmodel.cost.comm import GroupPlacement, all_gather_s, all_reduce_s, graph_all_reduce_s, reduce_scatter_s
-from perfmodel.cost.compute import gemm_flops, grouped_gemm_time_s, hbm_rate, rows_hit_experts
+from perfmodel.cost.compute import (
+    KERNEL_OVERHEAD_S,
+    activation_quant_time_s,
+    engine_gemm_rate,
+    engine_gemm_time_s,
+    gemm_flops,
+    gemm_rate,
+    grouped_gemm_time_s,
+    hbm_rate,
+    rows_hit_experts,
+)
 from perfmodel.cost.dispatch import Dispatch, _hit_probability, dispatch_s
 from perfmodel.inputs.hardware import load_hardware
 
@@ -119,3 +130,30 @@ def test_a_collective_takes_the_faster_of_the_two_protocols() -> None:
     assert all_reduce_s(H100, mid, g) > fixed + transfer(mid) * 1.5  # mid-size: well above the one-protocol line
     mesh = load_hardware("mi355x")  # no mid-size table: one protocol
     assert mesh.small_protocol_bw_fraction == 1.0 and mesh.small_protocol_bulk_extra_latency_s == 0.0
+
+
+@pytest.mark.parametrize("recipe,rel", [("fp8", "engine_gemm_fp8_rel_efficiency"),
+                                        ("fp8_block", "engine_gemm_fp8_block_rel_efficiency")])
+def test_an_engine_fp8_linear_runs_at_its_recipes_rate_after_quantizing_its_activations(recipe: str, rel: str) -> None:
+    hw = load_hardware("b200")
+    m, n, k = 8192.0, 8192.0, 8192.0
+    flops = gemm_flops(m, n, k)
+    rate = gemm_rate(hw, "fp8", flops, shape_factor=False) * getattr(hw, rel)
+    assert engine_gemm_rate(hw, recipe, flops) == pytest.approx(rate)
+    quant = hw.engine_quant_fixed_s + m * k * (2.0 + 1.0) / hbm_rate(hw)  # BF16 in, FP8 out
+    assert activation_quant_time_s(hw, m, k, recipe) == pytest.approx(quant)
+    assert engine_gemm_time_s(hw, m, n, k, recipe) == pytest.approx(KERNEL_OVERHEAD_S + flops / rate + quant)
+    # one token: the FP8 weights' read, the GEMM's floor and the quantize's floor
+    small = engine_gemm_time_s(hw, 1.0, n, k, recipe)
+    assert small == pytest.approx(KERNEL_OVERHEAD_S + (k * n + k + 2.0 * n) / hbm_rate(hw)
+                                  + hw.engine_quant_fixed_s + k * 3.0 / hbm_rate(hw))
+
+
+def test_a_bf16_engine_linear_quantizes_nothing_and_a_profile_without_a_quantize_kernel_neither() -> None:
+    hw = H100
+    assert activation_quant_time_s(hw, 4096, 4096, "bf16") == 0.0
+    assert engine_gemm_rate(hw, "bf16") == gemm_rate(hw, "bf16", None, shape_factor=False)
+    none = dataclasses.replace(hw, engine_quant_fixed_s=0.0)
+    assert activation_quant_time_s(none, 4096, 4096, "fp8_block") == 0.0
+    assert engine_gemm_time_s(none, 4096, 4096, 4096, "fp8_block") < engine_gemm_time_s(hw, 4096, 4096, 4096,
+                                                                                        "fp8_block")

@@ -28,6 +28,17 @@ def _row(op: str, shape: dict[str, int], dtype: str = "bf16", world: int = 1, us
     return KernelRow(op, shape, dtype, "test", world, us * 1e-6, hw, "test", variant=variant)
 
 
+def test_an_engine_gemm_row_is_priced_as_the_engine_prices_its_linears() -> None:
+    from perfmodel.cost.compute import engine_gemm_time_s
+
+    hw = load_hardware("h100-sxm")
+    for dtype, recipe in (("bf16", "bf16"), ("fp8", "fp8"), ("fp8_block", "fp8_block"), ("mxfp8", "fp8_block")):
+        row = _row("gemm", {"m": 64, "n": 4096, "k": 4096}, dtype, variant="engine")
+        (lane,) = lanes_for(row)
+        assert lane.name == f"gemm {recipe} engine"
+        assert lane.price(row, hw) == pytest.approx(engine_gemm_time_s(hw, 64, 4096, 4096, recipe))
+
+
 def test_a_gemm_row_is_priced_by_the_training_gemm_function() -> None:
     hw = load_hardware("h100-sxm")
     row = _row("gemm", {"m": 4096, "n": 8192, "k": 8192})
@@ -122,7 +133,7 @@ def test_check_end_to_end_on_the_excerpt_and_the_amd_tables(capsys: pytest.Captu
     assert main(["kernels", "check", str(EXCERPT), str(AMD), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     pooled = {(s["lane"], s["hardware"], s["regime"]): s for s in out["stats"]}
-    for lane in ("gemm bf16", "all_reduce nccl", "all_reduce graph", "attention_decode engine",
+    for lane in ("gemm bf16", "gemm bf16 engine", "all_reduce nccl", "all_reduce graph", "attention_decode engine",
                  "grouped_gemm engine", "attention_prefill train"):
         assert pooled[lane, "all", "all"]["n"] > 0, lane
     assert {"h200", "h100-sxm", "mi300x", "mi355x"} <= {s["hardware"] for s in out["stats"]}

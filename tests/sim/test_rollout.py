@@ -284,3 +284,22 @@ def test_the_engine_prices_its_experts_with_the_grouped_gemm_training_uses():
     assert cost.expert_layer_s(tokens) == pytest.approx(expected)
     dense = cost.gemm_s(tokens) - cost.n_moe * cost.expert_layer_s(tokens)
     assert dense > 0 and cost.expert_layer_s(0) == 0.0
+
+
+def test_an_fp8_forward_quantizes_the_activations_of_each_quantized_dense_linear():
+    from perfmodel.cost.compute import activation_quant_time_s
+    from perfmodel.cost.serve.engine import QUANTIZED_ATTENTION_INPUTS
+
+    d8, d16 = _base(), _base()
+    d16["rl"]["rollout"]["precision"] = "bf16"
+    c8, c16 = EngineCost(_scn(d8)), EngineCost(_scn(d16))
+    layers = c8.model.layers
+    # DSV4's attention projections in every layer, plus gate-up and down where a layer has a shared expert
+    expected = sum(QUANTIZED_ATTENTION_INPUTS["dsv4"] + 2 * bool(layer.ffn.num_shared_experts) for layer in layers)
+    assert c8.quantized_inputs == expected
+    one = activation_quant_time_s(c8.hw, 256.0, c8.model.hidden_size, "fp8_block")
+    assert c8.quantize_s(256.0) == pytest.approx(expected * one * c8.compute_scale)
+    assert c16.quantize_s(256.0) == 0.0
+    parts = decode_step_time_s(_scn(d8), 256, 2000)
+    assert parts["quantize_s"] == pytest.approx(c8.quantize_s(256.0))
+    assert parts["total_s"] == pytest.approx(sum(v for k, v in parts.items() if k.endswith("_s") and k != "total_s"))

@@ -19,6 +19,8 @@ from perfmodel.cost.comm import graph_all_reduce_s, placement_from_stride
 from perfmodel.cost.compute import (
     ATTENTION_FWD_REL_EFFICIENCY,
     KERNEL_OVERHEAD_S,
+    activation_quant_time_s,
+    engine_gemm_rate,
     gemm_rate,
     grouped_gemm_time_s,
     hbm_rate,
@@ -59,6 +61,12 @@ small copies."""
 MOE_EXTRA_DECODE_KERNELS_PER_LAYER = 8.0
 """Assumption (counted): an MoE FFN adds about 8 kernels over a dense one: router GEMM, top-k, align/sort, two grouped
 GEMMs, activation, combine/scatter, shared-expert gate."""
+
+QUANTIZED_ATTENTION_INPUTS = {"gqa": 2, "mla": 4, "dsv4": 4}
+"""Assumption (counted): the attention projections whose activations an FP8 engine quantizes with a kernel of their
+own (SGLang's per_token_group_quant_fp8 before each w8a8 block GEMM): GQA/MHA the QKV and output projections; MLA
+the q_a, q_b, kv_a and output projections (kv_b runs absorbed in BF16); DSV4 taken as MLA. A dense MLP or a shared
+expert adds 2 (gate-up, down); the routed experts' quantize is inside the grouped MoE kernel (expert_layer_s)."""
 
 MLA_EXTRA_DECODE_KERNELS_PER_LAYER = 6.0
 """Assumption (counted): MLA adds q_a / kv_a projections, their norms, the absorbed q_b x k_b and v_b x o GEMMs."""
@@ -183,9 +191,14 @@ class EngineRates:
     attn_flops_per_s: float  # attention math in BF16, flash-style, below the GEMM rate (perfmodel.cost.compute)
 
 
+def engine_recipe(precision: str) -> str:
+    """The GEMM recipe of a rollout precision: SGLang's FP8 rollout is block-scaled (FP8_BLOCK, as the checkpoints
+    Miles and the executor write)."""
+    return "fp8_block" if precision == "fp8" else "bf16"
+
+
 def engine_rates(hw: HardwareProfile, precision: str, scale: float = 1.0) -> EngineRates:
-    gemm_dtype = "fp8" if precision == "fp8" else "bf16"
-    return EngineRates(hbm_rate(hw) / scale, gemm_rate(hw, gemm_dtype, None, shape_factor=False) / scale,
+    return EngineRates(hbm_rate(hw) / scale, engine_gemm_rate(hw, engine_recipe(precision)) / scale,
                        gemm_rate(hw, "bf16", None, shape_factor=False) * ATTENTION_FWD_REL_EFFICIENCY / scale)
 
 
@@ -265,6 +278,12 @@ class EngineCost:
             else GQA_DENSE_DECODE_KERNELS_PER_LAYER + MLA_EXTRA_DECODE_KERNELS_PER_LAYER * (ds.kind == "mla")
             + MOE_EXTRA_DECODE_KERNELS_PER_LAYER * (self.n_moe > 0))
         self.components = self._kv_components()
+        # FP8: the activations of each quantized dense linear pass through a quantize kernel first (its floor and
+        # bytes: activation_quant_time_s), taken at the hidden size (the down projection's is larger: a floor)
+        self.recipe = engine_recipe(ro.precision)
+        self.quantized_inputs = sum(
+            QUANTIZED_ATTENTION_INPUTS.get(layer.attention.kind, 2)
+            + 2 * (layer.ffn.kind != "moe" or bool(layer.ffn.num_shared_experts)) for layer in m.layers)
 
         pool = hw.hbm_bytes * ro.mem_fraction_static - self.weights_bytes_per_gpu
         if pool <= 0:
@@ -346,9 +365,17 @@ class EngineCost:
         return experts_hit(self.num_experts, self.top_k, tokens)
 
     def gemm_s(self, tokens: float) -> float:
-        """Dense GEMMs (weights read once) and each MoE layer's grouped expert GEMMs of one forward over `tokens`."""
+        """Dense GEMMs (weights read once) and each MoE layer's grouped expert GEMMs of one forward over `tokens`,
+        with the activation quantize kernels of an FP8 forward."""
         t = roofline_s(self.dense_bytes, self.bw, tokens * self.dense_flops_per_token, self.peak_gemm)
-        return t + self.n_moe * self.expert_layer_s(tokens)
+        return t + self.n_moe * self.expert_layer_s(tokens) + self.quantize_s(tokens)
+
+    def quantize_s(self, tokens: float) -> float:
+        """The FP8 forward's activation quantize kernels (0 in BF16), at the stack's rollout compute scale."""
+        if not self.quantized_inputs:
+            return 0.0
+        one = activation_quant_time_s(self.hw, tokens, self.model.hidden_size, self.recipe)
+        return self.quantized_inputs * one * self.compute_scale
 
     def expert_layer_s(self, tokens: float) -> float:
         """One MoE layer's gate-up and down grouped GEMMs on one GPU (cost/compute.py grouped_gemm_time_s, as
@@ -406,9 +433,11 @@ class EngineCost:
     def step_breakdown(self, batch: int, ctx: float) -> dict[str, float]:
         """One decode step of `batch` requests all at context `ctx`, by part (seconds)."""
         dense = roofline_s(self.dense_bytes, self.bw, batch * self.dense_flops_per_token, self.peak_gemm)
-        experts = self.gemm_s(batch) - dense
+        quantize = self.quantize_s(batch)
+        experts = self.gemm_s(batch) - dense - quantize
         out = {
             "dense_gemm_s": dense,
+            "quantize_s": quantize,
             "expert_gemm_s": experts,
             "kv_attention_s": batch * self.attn_time(ctx),
             "comm_s": self.comm_s(batch),
