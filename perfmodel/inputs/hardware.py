@@ -135,6 +135,9 @@ class AttentionFloorFile(_Strict):
 
     decode: NonNegative  # an engine's decode attention (paged KV, one query per sequence)
     prefill: NonNegative  # a causal prefill / training flash-attention forward (its backward pays it too)
+    # an engine's decode attention, per query (request) and query head on the GPU: the work item's scheduling, its
+    # query load and output store, whatever the cached length
+    decode_query_head: NonNegative
 
 
 class EngineGemmRelFile(_Strict):
@@ -274,6 +277,7 @@ class HardwareProfile:
     ep_units: int
     attention_decode_floor_s: float
     attention_prefill_floor_s: float
+    attention_decode_query_head_s: float
     engine_quant_fixed_s: float
     engine_gemm_fp8_rel_efficiency: float
     engine_gemm_fp8_block_rel_efficiency: float
@@ -321,6 +325,7 @@ class HardwareProfile:
         "ep_combine_unit_bytes_per_s",
         "attention_decode_floor_s",
         "attention_prefill_floor_s",
+        "attention_decode_query_head_s",
         "engine_quant_fixed_s",
         "engine_gemm_fp8_rel_efficiency",
         "engine_gemm_fp8_block_rel_efficiency",
@@ -452,6 +457,7 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         ep_units=int(e.ep_kernel.units.value),
         attention_decode_floor_s=e.attention_floor_s.decode.value,
         attention_prefill_floor_s=e.attention_floor_s.prefill.value,
+        attention_decode_query_head_s=e.attention_floor_s.decode_query_head.value,
         engine_quant_fixed_s=e.engine_gemm.quant_fixed_s.value,
         engine_gemm_fp8_rel_efficiency=e.engine_gemm.rel_efficiency.fp8.value,
         engine_gemm_fp8_block_rel_efficiency=e.engine_gemm.rel_efficiency.fp8_block.value,

@@ -84,14 +84,16 @@ def _prefill_engine(r: KernelRow, hw: HardwareProfile) -> float:
 
 
 def _decode_engine(r: KernelRow, hw: HardwareProfile) -> float:
-    """EngineCost.attn_time: per request and cached token, the K/V read and its QK/PV on a roofline, plus the
-    decode attention kernel's floor (EngineCost.floor_s)."""
+    """EngineCost.attn_time: per request and cached token, the K/V read and its QK/PV on a roofline; per request
+    and query head its fixed time (EngineCost.attn_query_s); plus the decode attention kernel's floor
+    (EngineCost.floor_s)."""
     rates = engine_rates(hw, "bf16")
     kv_dtype = "fp8" if r.dtype in ("fp8", "fp8_block") else "bf16"
     e, fl = gqa_kv_entry(r.get("head_dim"), r.get("kv_heads"), r.get("heads"), kv_dtype)
     per_token = roofline_s(e, rates.hbm_bytes_per_s, fl, rates.attn_flops_per_s)
     kv = min(r.get("kv_len"), r.get("window")) if r.get("window") else r.get("kv_len")
-    return r.get("batch") * kv * per_token + hw.attention_decode_floor_s
+    queries = r.get("batch") * r.get("heads") * hw.attention_decode_query_head_s  # EngineCost.attn_query_s
+    return r.get("batch") * kv * per_token + queries + hw.attention_decode_floor_s
 
 
 def _moe_shape(r: KernelRow) -> tuple[float, float, float, int, float]:

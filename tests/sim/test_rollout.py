@@ -303,3 +303,17 @@ def test_an_fp8_forward_quantizes_the_activations_of_each_quantized_dense_linear
     parts = decode_step_time_s(_scn(d8), 256, 2000)
     assert parts["quantize_s"] == pytest.approx(c8.quantize_s(256.0))
     assert parts["total_s"] == pytest.approx(sum(v for k, v in parts.items() if k.endswith("_s") and k != "total_s"))
+
+
+def test_each_decode_query_pays_its_attention_heads_fixed_time_whatever_the_context():
+    d = _base()
+    scn = _scn(d)
+    cost = EngineCost(scn)
+    hw, g = cost.hw, cost.geo
+    heads = sum(layer.attention.num_heads / g.attn_tp for layer in cost.model.layers)
+    assert cost.attn_query_s == pytest.approx(heads * hw.attention_decode_query_head_s / g.attn_dp
+                                              * cost.compute_scale)
+    short, long = decode_step_time_s(scn, 64, 100), decode_step_time_s(scn, 64, 4000)
+    assert short["attention_query_s"] == long["attention_query_s"] == pytest.approx(64 * cost.attn_query_s)
+    assert cost.attn_query_s > 0
+    assert cost.decode_base(64) - cost.decode_base(32) > 32 * cost.attn_query_s  # part of every step's base

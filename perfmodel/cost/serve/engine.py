@@ -278,6 +278,10 @@ class EngineCost:
             else GQA_DENSE_DECODE_KERNELS_PER_LAYER + MLA_EXTRA_DECODE_KERNELS_PER_LAYER * (ds.kind == "mla")
             + MOE_EXTRA_DECODE_KERNELS_PER_LAYER * (self.n_moe > 0))
         self.components = self._kv_components()
+        # per request per decode step: each attention layer's fixed time per query head on the GPU (attention
+        # DP ranks split the requests), whatever the context
+        self.attn_query_s = sum(layer.attention.num_heads / g.attn_tp for layer in m.layers) * \
+            hw.attention_decode_query_head_s / g.attn_dp * scale
         # FP8: the activations of each quantized dense linear pass through a quantize kernel first (its floor and
         # bytes: activation_quant_time_s), taken at the hidden size (the down projection's is larger: a floor)
         self.recipe = engine_recipe(ro.precision)
@@ -401,7 +405,7 @@ class EngineCost:
         t = self._base_cache.get(batch)
         if t is None:
             t = (self.gemm_s(batch) + self.comm_s(batch) + self.floor_s() + self.params.decode_host_overhead_s
-                 + batch * self.token_host_s)
+                 + batch * (self.token_host_s + self.attn_query_s))
             self._base_cache[batch] = t
         return t
 
@@ -440,6 +444,7 @@ class EngineCost:
             "quantize_s": quantize,
             "expert_gemm_s": experts,
             "kv_attention_s": batch * self.attn_time(ctx),
+            "attention_query_s": batch * self.attn_query_s,
             "comm_s": self.comm_s(batch),
             "kernel_floor_s": self.floor_s(),
             "host_s": self.params.decode_host_overhead_s + batch * self.token_host_s,
