@@ -13,9 +13,11 @@ from collections.abc import Sequence
 
 from perfmodel.commands import COMMANDS
 from perfmodel.errors import InputError
+from perfmodel.invariants import PhysicsError
 from perfmodel.version import __version__
 
 EXIT_BAD_INPUT = 2
+EXIT_IMPOSSIBLE = 3  # a result broke physics: refused, never printed as a prediction
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"error: {err.one_line()}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except PhysicsError as err:
+        if args.debug:
+            raise
+        print(f"error: {err}: refused; a stack knob or calibration overlay that scales time (train_compute_scale "
+              "and the other *_scale knobs) beyond what the hardware allows does this, else it is a bug in the model "
+              "(--debug shows where)", file=sys.stderr)
+        return EXIT_IMPOSSIBLE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -14,7 +14,7 @@ import yaml
 from tests.conftest import REPO, host_busy
 
 LOOP = REPO / "studies" / "calibration-loop"
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 
 def _module(name: str):

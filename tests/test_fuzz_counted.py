@@ -119,9 +119,10 @@ def _finite_non_negative(figures: dict[str, Any], where: str) -> None:
 
 
 def _simulate(kind: str, argv: list[str]) -> None:
-    """Through `perfmodel simulate ... --json`: exit 2 with one line, or 0 with sane figures."""
+    """Through `perfmodel simulate ... --json`: exit 2 with one line, 3 with one line refusing an impossible result
+    (a knob scaling compute past the hardware's peak), or 0 with sane figures."""
     rc, out, err = _cli(["simulate", *argv, "--json"])
-    if rc == 2:
+    if rc == 2 or (rc == 3 and err.startswith("error: impossible result")):
         assert err.startswith("error: ") and err.count("\n") == 1, err
         COUNTS[kind, "rejected"] += 1
         return

@@ -191,3 +191,29 @@ def test_a_wrong_id_is_reported_before_missing_fields_with_the_rest_counted(tmp_
     assert rc == 2 and err.count("\n") == 1, err
     assert f"{path}: model.id: unknown model id 'llama3-8bb' (did you mean 'llama3-8b'?)" in err, err
     assert "(also 1 more: train.seq_len)" in err, err
+
+
+def test_an_impossible_result_is_refused_in_one_line_with_exit_3(tmp_path, capsys, monkeypatch):
+    """A stack whose compute knob beats the hardware's peak (MFU > 1): refused by its invariant, one line naming
+    it and the knobs that cause it, exit 3, no traceback and no figures."""
+    import yaml
+
+    from perfmodel.inputs import stack as stack_module
+    from tests.conftest import REPO
+
+    stack = yaml.safe_load((REPO / "stacks" / "local-cpu.yaml").read_text())
+    stack["id"] = "too-fast"
+    stack["knobs"]["train_compute_scale"]["value"] = 0.01
+    (tmp_path / "default.yaml").write_text((REPO / "stacks" / "default.yaml").read_text())
+    write_yaml(tmp_path / "too-fast.yaml", stack)
+    case = yaml.safe_load((REPO / "studies" / "calibration-loop" / "measured" / "loop-pp1-fp8-b256-r3.yaml")
+                          .read_text()) | {"stack": "too-fast"}
+    monkeypatch.setattr(stack_module, "stacks_dir", lambda: tmp_path)
+    stack_module.load_stack_profile.cache_clear()
+    try:
+        rc, out, err = _run(["simulate", str(write_yaml(tmp_path / "case.yaml", case)), "--json"], capsys)
+    finally:
+        stack_module.load_stack_profile.cache_clear()
+    assert rc == 3 and out == ""
+    assert err.startswith("error: impossible result (MFU <= 1)") and err.count("\n") == 1, err
+    assert "train_compute_scale" in err

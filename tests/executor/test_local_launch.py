@@ -121,6 +121,7 @@ def test_the_dsv4_miniature_trains_like_the_other_examples(tmp_path: Path) -> No
 
 
 @needs_stack
+@pytest.mark.timing
 @pytest.mark.timeout(900)
 def test_ppo_trains_a_critic_and_the_model_calibrated_on_grpo_predicts_its_step(tmp_path: Path) -> None:
     """examples/local-ppo.yaml for 20 steps: the critic (a value head on the actor's model) runs before the actor
