@@ -165,14 +165,18 @@ def engine_gemm_time_s(hw: HardwareProfile, m: float, n: float, k: float, recipe
 
 
 def attention_time_s(
-    hw: HardwareProfile, flops: float, nbytes: float, dtype: str = "bf16", backward: bool = False
+    hw: HardwareProfile, flops: float, nbytes: float, dtype: str = "bf16", backward: bool = False,
+    query_heads: float = 0.0,
 ) -> float:
     """A fused attention kernel (flash style): its fixed time (the profile's prefill attention floor), then
-    GEMM-like compute at a lower relative efficiency, or HBM."""
+    GEMM-like compute at a lower relative efficiency, or HBM; a forward also pays its time per query row and head
+    (`query_heads`: rows x heads; measured on forwards only, so a backward is priced without it)."""
     if flops <= 0 and nbytes <= 0:
         return 0.0
     rel = ATTENTION_BWD_REL_EFFICIENCY if backward else ATTENTION_FWD_REL_EFFICIENCY
-    return hw.attention_prefill_floor_s + max(compute_time_s(hw, flops, dtype, rel), memory_bound_time_s(hw, nbytes))
+    rows = 0.0 if backward else query_heads * hw.attention_prefill_query_head_s
+    return hw.attention_prefill_floor_s + rows + max(compute_time_s(hw, flops, dtype, rel),
+                                                     memory_bound_time_s(hw, nbytes))
 
 
 def rows_hit_experts(experts: float, rows: float) -> float:

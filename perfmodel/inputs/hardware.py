@@ -138,6 +138,8 @@ class AttentionFloorFile(_Strict):
     # an engine's decode attention, per query (request) and query head on the GPU: the work item's scheduling, its
     # query load and output store, whatever the cached length
     decode_query_head: NonNegative
+    # a prefill / training flash-attention forward per query row and head (Q load, softmax bookkeeping, output)
+    prefill_query_head: NonNegative
 
 
 class EngineGemmRelFile(_Strict):
@@ -278,6 +280,7 @@ class HardwareProfile:
     attention_decode_floor_s: float
     attention_prefill_floor_s: float
     attention_decode_query_head_s: float
+    attention_prefill_query_head_s: float
     engine_quant_fixed_s: float
     engine_gemm_fp8_rel_efficiency: float
     engine_gemm_fp8_block_rel_efficiency: float
@@ -326,6 +329,7 @@ class HardwareProfile:
         "attention_decode_floor_s",
         "attention_prefill_floor_s",
         "attention_decode_query_head_s",
+        "attention_prefill_query_head_s",
         "engine_quant_fixed_s",
         "engine_gemm_fp8_rel_efficiency",
         "engine_gemm_fp8_block_rel_efficiency",
@@ -458,6 +462,7 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         attention_decode_floor_s=e.attention_floor_s.decode.value,
         attention_prefill_floor_s=e.attention_floor_s.prefill.value,
         attention_decode_query_head_s=e.attention_floor_s.decode_query_head.value,
+        attention_prefill_query_head_s=e.attention_floor_s.prefill_query_head.value,
         engine_quant_fixed_s=e.engine_gemm.quant_fixed_s.value,
         engine_gemm_fp8_rel_efficiency=e.engine_gemm.rel_efficiency.fp8.value,
         engine_gemm_fp8_block_rel_efficiency=e.engine_gemm.rel_efficiency.fp8_block.value,

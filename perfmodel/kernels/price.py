@@ -61,7 +61,7 @@ def _prefill_train(r: KernelRow, hw: HardwareProfile) -> float:
     b, seq, d = r.get("batch"), r.get("seq"), r.get("head_dim")
     flops, nbytes = flash_core(float(b * seq), float(b * seq), seq, r.get("heads"), r.get("kv_heads"), d, d,
                                r.get("window"))
-    return attention_time_s(hw, flops, nbytes, "bf16")
+    return attention_time_s(hw, flops, nbytes, "bf16", query_heads=b * seq * r.get("heads"))
 
 
 def _keys(r: KernelRow, before: int, new: int) -> float:
@@ -75,12 +75,13 @@ def _keys(r: KernelRow, before: int, new: int) -> float:
 
 
 def _prefill_engine(r: KernelRow, hw: HardwareProfile) -> float:
-    """EngineCost.prefill_s: the causal (query, key) pairs' FLOPs at the engine's attention rate, plus the prefill
-    attention kernel's floor (EngineCost.floor_s)."""
+    """EngineCost.prefill_s: the causal (query, key) pairs' FLOPs at the engine's attention rate, each query row and
+    head's fixed time (EngineCost.prefill_query_s), plus the prefill attention kernel's floor (EngineCost.floor_s)."""
     rates = engine_rates(hw, "bf16")
     _, entry_flops = gqa_kv_entry(r.get("head_dim"), r.get("kv_heads"), r.get("heads"), "bf16")
     pairs = r.get("batch") * _keys(r, r.get("cached"), r.get("seq"))
-    return pairs * entry_flops / rates.attn_flops_per_s + hw.attention_prefill_floor_s
+    rows = r.get("batch") * r.get("seq") * r.get("heads") * hw.attention_prefill_query_head_s
+    return pairs * entry_flops / rates.attn_flops_per_s + rows + hw.attention_prefill_floor_s
 
 
 def _decode_engine(r: KernelRow, hw: HardwareProfile) -> float:
@@ -216,7 +217,21 @@ def explain(lane: Lane, row: KernelRow, hw: HardwareProfile) -> list[Term]:
                  ("per-call latency floor", floor * 1e6, "us"),
                  ("bytes moved / bus bandwidth", (total - floor) * 1e6, "us"),
                  ("bus bandwidth (nccl-tests busbw)", _busbw_gbs(row, total), "GB/s")]
+    elif row.op in ("attention_prefill", "attention_decode"):
+        terms = _attention_terms(row, hw, total)
     return [*terms, ("price", total * 1e6, "us")]
+
+
+def _attention_terms(row: KernelRow, hw: HardwareProfile, total: float) -> list[Term]:
+    prefill = row.op == "attention_prefill"
+    floor = hw.attention_prefill_floor_s if prefill else hw.attention_decode_floor_s
+    per = hw.attention_prefill_query_head_s if prefill else hw.attention_decode_query_head_s
+    queries = row.get("batch") * (row.get("seq") if prefill else 1) * row.get("heads")
+    return [("attention kernel floor", floor * 1e6, "us"),
+            ("query rows x heads", queries, ""),
+            ("time per query row and head", per * 1e9, "ns"),
+            ("query rows' time", queries * per * 1e6, "us"),
+            ("(query, key) pairs: compute or K/V reads", (total - floor - queries * per) * 1e6, "us")]
 
 
 def _gemm_terms(row: KernelRow, hw: HardwareProfile) -> list[Term]:

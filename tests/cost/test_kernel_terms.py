@@ -13,6 +13,7 @@ from perfmodel.cost.comm import GroupPlacement, all_gather_s, all_reduce_s, grap
 from perfmodel.cost.compute import (
     KERNEL_OVERHEAD_S,
     activation_quant_time_s,
+    attention_time_s,
     engine_gemm_rate,
     engine_gemm_time_s,
     gemm_flops,
@@ -157,3 +158,14 @@ def test_a_bf16_engine_linear_quantizes_nothing_and_a_profile_without_a_quantize
     assert activation_quant_time_s(none, 4096, 4096, "fp8_block") == 0.0
     assert engine_gemm_time_s(none, 4096, 4096, 4096, "fp8_block") < engine_gemm_time_s(hw, 4096, 4096, 4096,
                                                                                         "fp8_block")
+
+
+def test_a_flash_attention_forward_pays_its_time_per_query_row_and_head_and_its_backward_does_not() -> None:
+    hw = load_hardware("h100-sxm")
+    flops, nbytes, rows_heads = 4e12, 1e8, 8192 * 32
+    base = attention_time_s(hw, flops, nbytes)
+    fwd = attention_time_s(hw, flops, nbytes, query_heads=rows_heads)
+    assert hw.attention_prefill_query_head_s > 0
+    assert fwd - base == pytest.approx(rows_heads * hw.attention_prefill_query_head_s)
+    assert attention_time_s(hw, flops, nbytes, backward=True, query_heads=rows_heads) == \
+        pytest.approx(attention_time_s(hw, flops, nbytes, backward=True))

@@ -317,3 +317,19 @@ def test_each_decode_query_pays_its_attention_heads_fixed_time_whatever_the_cont
     assert short["attention_query_s"] == long["attention_query_s"] == pytest.approx(64 * cost.attn_query_s)
     assert cost.attn_query_s > 0
     assert cost.decode_base(64) - cost.decode_base(32) > 32 * cost.attn_query_s  # part of every step's base
+
+
+def test_each_prompt_token_pays_its_prefill_attention_heads_fixed_time():
+    """EngineCost.prefill_s: per prompt token, each layer's query heads on the GPU pay the profile's prefill time
+    per query row and head, on top of the (query, key) pairs' FLOPs."""
+    d = _base()
+    cost = EngineCost(_scn(d))
+    hw, g = cost.hw, cost.geo
+    heads = sum(layer.attention.num_heads / g.attn_tp for layer in cost.model.layers)
+    assert cost.prefill_query_s == pytest.approx(heads * hw.attention_prefill_query_head_s / g.attn_dp
+                                                 * cost.compute_scale)
+    assert cost.prefill_query_s > 0
+    without = EngineCost(_scn(d))
+    without.prefill_query_s = 0.0
+    prompts = [300, 700, 700]
+    assert cost.prefill_s(prompts) - without.prefill_s(prompts) == pytest.approx(1700 * cost.prefill_query_s)

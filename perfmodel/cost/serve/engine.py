@@ -280,8 +280,9 @@ class EngineCost:
         self.components = self._kv_components()
         # per request per decode step: each attention layer's fixed time per query head on the GPU (attention
         # DP ranks split the requests), whatever the context
-        self.attn_query_s = sum(layer.attention.num_heads / g.attn_tp for layer in m.layers) * \
-            hw.attention_decode_query_head_s / g.attn_dp * scale
+        query_heads = sum(layer.attention.num_heads / g.attn_tp for layer in m.layers) / g.attn_dp
+        self.attn_query_s = query_heads * hw.attention_decode_query_head_s * scale
+        self.prefill_query_s = query_heads * hw.attention_prefill_query_head_s * scale  # per prompt token
         # FP8: the activations of each quantized dense linear pass through a quantize kernel first (its floor and
         # bytes: activation_quant_time_s), taken at the hidden size (the down projection's is larger: a floor)
         self.recipe = engine_recipe(ro.precision)
@@ -432,7 +433,7 @@ class EngineCost:
                 else:
                     xs = min(p_, int(c.ratio * c.cap))
                     flops += mult * c.flops * ((xs * (xs + 1) / 2.0) / c.ratio + (p_ - xs) * c.cap)
-        return t + flops / self.peak_attn + host
+        return t + flops / self.peak_attn + total * self.prefill_query_s + host
 
     def step_breakdown(self, batch: int, ctx: float) -> dict[str, float]:
         """One decode step of `batch` requests all at context `ctx`, by part (seconds)."""

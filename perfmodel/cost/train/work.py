@@ -96,6 +96,7 @@ class Kernel:
     kernels: int = 1  # launches per pass (memory-bound kernels pay a fixed cost each)
     core_attention: bool = False  # replayed by selective recompute (Megatron core_attn)
     bwd_weight: bool = False  # its backward is a weight gradient (embedding scatter-add): W, not B
+    query_heads: float = 0.0  # an attention core's query rows x heads (each pays a fixed time in the forward)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +144,9 @@ class Builder:
                                    bwd_weight=bwd_weight))
 
     def attn(self, name: str, flops: float, nbytes: float, dtype: str = "bf16", bwd_factor: float = ATTN_BWD_FACTOR,
-             core: bool = True) -> None:
+             core: bool = True, query_heads: float = 0.0) -> None:
         self.kernels.append(Kernel(name, "attn", flops, nbytes, bwd_factor * flops, bwd_factor * nbytes, dtype, 1,
-                                   core))
+                                   core, query_heads=query_heads))
 
     def comm(self, kind: CommKind, op: Op, nbytes: float, phase: Literal["fwd", "bwd"], overlap: bool = False,
              under_dgrad: bool = False) -> None:
