@@ -105,6 +105,15 @@ def _moe_shape(r: KernelRow) -> tuple[float, float, float, int, float]:
     return rows, float(r.get("hidden")), r.get("inter") / tp, local, float(r.get("tokens"))
 
 
+def implied_over_peak(r: KernelRow, hw: HardwareProfile) -> float | None:
+    """A grouped GEMM row's FLOPs at its measured time against the GPU's peak for its dtype (None for other
+    ops): above 1 the row cannot be what the project reads it as (its token count read as the wrong group's)."""
+    if r.op != "grouped_gemm":
+        return None
+    rows, h, il, _, _ = _moe_shape(r)
+    return 2.0 * rows * h * 3 * il / r.latency_s / hw.peak(MODEL_DTYPE[r.dtype])
+
+
 def _moe_train(r: KernelRow, hw: HardwareProfile) -> float:
     """cost/train/layers.py `ffn_work`, timed as cost/train/stage.py times it: the gate-up and down grouped GEMMs
     over the local experts the rows reach, the GLU between."""

@@ -170,3 +170,15 @@ def test_show_prints_the_terms(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for term in ("gemm fp8 on mi355x", "curve half_flops", "efficiency at these FLOPs", "memory time", "price"):
         assert term in out
+
+
+def test_a_grouped_gemm_row_faster_than_the_peak_as_read_is_skipped_with_its_reason() -> None:
+    """Physics guards the reading of a table: 131k expert rows of 6144 x 2048 in 290 us would be 33 PFLOP/s on one
+    B200 (its token count is another group's); the same row at 29 ms is kept and priced."""
+    shape = {"tokens": 4194304, "hidden": 6144, "inter": 2048, "experts": 256, "topk": 8, "ep": 256, "tp": 1}
+    fast = _row("grouped_gemm", shape, "bf16", world=256, us=290.0, hw="b200", variant="engine")
+    slow = _row("grouped_gemm", shape, "bf16", world=256, us=29000.0, hw="b200", variant="engine")
+    res = check_rows([fast, slow], {"grouped_gemm engine"})
+    assert [p.row for p in res.priced] == [slow]
+    (why,) = res.skipped
+    assert "faster than the GPU's peak" in why and res.skipped[why] == 1
