@@ -40,7 +40,7 @@ OP_PARAMS: dict[str, tuple[str, ...]] = {
                      "hbm_efficiency"),
     "ep_dispatch": ("ep_dispatch_floor_s", "ep_dispatch_unit_bytes_per_s"),
     "ep_combine": ("ep_combine_floor_s", "ep_combine_unit_bytes_per_s"),
-    "attention_decode": ("hbm_efficiency", "attention_decode_query_head_s"),
+    "attention_decode": ("hbm_efficiency", "attention_decode_kv_head_s", "attention_decode_query_head_s"),
     "attention_prefill": ("attention_prefill_query_head_s",),
 }
 

@@ -131,15 +131,12 @@ class EPKernelFile(_Strict):
 
 
 class AttentionFloorFile(_Strict):
-    """The fixed time of one attention kernel (launch, scheduling metadata, tail) at the smallest shapes."""
-
+    """The fixed times of one attention kernel (launch, scheduling metadata, tail) and of its work units."""
     decode: NonNegative  # an engine's decode attention (paged KV, one query per sequence)
     prefill: NonNegative  # a causal prefill / training flash-attention forward (its backward pays it too)
-    # an engine's decode attention, per query (request) and query head on the GPU: the work item's scheduling, its
-    # query load and output store, whatever the cached length
-    decode_query_head: NonNegative
-    # a prefill / training flash-attention forward per query row and head (Q load, softmax bookkeeping, output)
-    prefill_query_head: NonNegative
+    decode_kv_head: NonNegative  # an engine's decode, per request and KV head on the GPU (its work item), any context
+    decode_query_head: NonNegative  # ... and per request and query head (the query's load, the output's store)
+    prefill_query_head: NonNegative  # a flash forward per query row and head (Q load, softmax bookkeeping, output)
 
 
 class EngineGemmRelFile(_Strict):
@@ -279,6 +276,7 @@ class HardwareProfile:
     ep_units: int
     attention_decode_floor_s: float
     attention_prefill_floor_s: float
+    attention_decode_kv_head_s: float
     attention_decode_query_head_s: float
     attention_prefill_query_head_s: float
     engine_quant_fixed_s: float
@@ -328,6 +326,7 @@ class HardwareProfile:
         "ep_combine_unit_bytes_per_s",
         "attention_decode_floor_s",
         "attention_prefill_floor_s",
+        "attention_decode_kv_head_s",
         "attention_decode_query_head_s",
         "attention_prefill_query_head_s",
         "engine_quant_fixed_s",
@@ -461,6 +460,7 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         ep_units=int(e.ep_kernel.units.value),
         attention_decode_floor_s=e.attention_floor_s.decode.value,
         attention_prefill_floor_s=e.attention_floor_s.prefill.value,
+        attention_decode_kv_head_s=e.attention_floor_s.decode_kv_head.value,
         attention_decode_query_head_s=e.attention_floor_s.decode_query_head.value,
         attention_prefill_query_head_s=e.attention_floor_s.prefill_query_head.value,
         engine_quant_fixed_s=e.engine_gemm.quant_fixed_s.value,

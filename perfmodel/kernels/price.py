@@ -85,15 +85,16 @@ def _prefill_engine(r: KernelRow, hw: HardwareProfile) -> float:
 
 
 def _decode_engine(r: KernelRow, hw: HardwareProfile) -> float:
-    """EngineCost.attn_time: per request and cached token, the K/V read and its QK/PV on a roofline; per request
-    and query head its fixed time (EngineCost.attn_query_s); plus the decode attention kernel's floor
+    """EngineCost.attn_time: per request and cached token, the K/V read and its QK/PV on a roofline; per request,
+    KV head and query head their fixed times (EngineCost.attn_query_s); plus the decode attention kernel's floor
     (EngineCost.floor_s)."""
     rates = engine_rates(hw, "bf16")
     kv_dtype = "fp8" if r.dtype in ("fp8", "fp8_block") else "bf16"
     e, fl = gqa_kv_entry(r.get("head_dim"), r.get("kv_heads"), r.get("heads"), kv_dtype)
     per_token = roofline_s(e, rates.hbm_bytes_per_s, fl, rates.attn_flops_per_s)
     kv = min(r.get("kv_len"), r.get("window")) if r.get("window") else r.get("kv_len")
-    queries = r.get("batch") * r.get("heads") * hw.attention_decode_query_head_s  # EngineCost.attn_query_s
+    queries = r.get("batch") * (r.get("heads") * hw.attention_decode_query_head_s  # EngineCost.attn_query_s
+                                + max(1, r.get("kv_heads")) * hw.attention_decode_kv_head_s)
     return r.get("batch") * kv * per_token + queries + hw.attention_decode_floor_s
 
 
@@ -236,11 +237,13 @@ def _attention_terms(row: KernelRow, hw: HardwareProfile, total: float) -> list[
     floor = hw.attention_prefill_floor_s if prefill else hw.attention_decode_floor_s
     per = hw.attention_prefill_query_head_s if prefill else hw.attention_decode_query_head_s
     queries = row.get("batch") * (row.get("seq") if prefill else 1) * row.get("heads")
+    kv = 0.0 if prefill else row.get("batch") * max(1, row.get("kv_heads")) * hw.attention_decode_kv_head_s
     return [("attention kernel floor", floor * 1e6, "us"),
             ("query rows x heads", queries, ""),
             ("time per query row and head", per * 1e9, "ns"),
             ("query rows' time", queries * per * 1e6, "us"),
-            ("(query, key) pairs: compute or K/V reads", (total - floor - queries * per) * 1e6, "us")]
+            *([("requests x KV heads' time", kv * 1e6, "us")] if not prefill else []),
+            ("(query, key) pairs: compute or K/V reads", (total - floor - queries * per - kv) * 1e6, "us")]
 
 
 def _gemm_terms(row: KernelRow, hw: HardwareProfile) -> list[Term]:

@@ -5,11 +5,18 @@ against a token-by-token reference, and the event count (the speed metric) growi
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
 
-from perfmodel.cost.serve.engine import EngineCost, RolloutParams, decode_step_time_s, engine_geometry
+from perfmodel.cost.serve.engine import (
+    EngineCost,
+    RolloutParams,
+    decode_kv_heads,
+    decode_step_time_s,
+    engine_geometry,
+)
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import load_case
 from perfmodel.inputs.scenario import build_scenario
@@ -306,13 +313,17 @@ def test_an_fp8_forward_quantizes_the_activations_of_each_quantized_dense_linear
 
 
 def test_each_decode_query_pays_its_attention_heads_fixed_time_whatever_the_context():
+    """Per request: each layer's KV heads on the GPU (the decode kernel's work items) and query heads pay the
+    profile's fixed times, at any cached length."""
     d = _base()
     scn = _scn(d)
     cost = EngineCost(scn)
     hw, g = cost.hw, cost.geo
     heads = sum(layer.attention.num_heads / g.attn_tp for layer in cost.model.layers)
-    assert cost.attn_query_s == pytest.approx(heads * hw.attention_decode_query_head_s / g.attn_dp
-                                              * cost.compute_scale)
+    kv = sum(decode_kv_heads(layer.attention, g.attn_tp) for layer in cost.model.layers)
+    assert hw.attention_decode_kv_head_s > 0 and kv > 0
+    assert cost.attn_query_s == pytest.approx((heads * hw.attention_decode_query_head_s
+                                               + kv * hw.attention_decode_kv_head_s) / g.attn_dp * cost.compute_scale)
     short, long = decode_step_time_s(scn, 64, 100), decode_step_time_s(scn, 64, 4000)
     assert short["attention_query_s"] == long["attention_query_s"] == pytest.approx(64 * cost.attn_query_s)
     assert cost.attn_query_s > 0
@@ -333,3 +344,13 @@ def test_each_prompt_token_pays_its_prefill_attention_heads_fixed_time():
     without.prefill_query_s = 0.0
     prompts = [300, 700, 700]
     assert cost.prefill_s(prompts) - without.prefill_s(prompts) == pytest.approx(1700 * cost.prefill_query_s)
+
+
+def test_a_decode_kernel_walks_gqa_kv_heads_per_gpu_and_one_latent_head_for_mla_and_dsv4():
+    from perfmodel.inputs.model_spec import AttentionSpec
+
+    gqa = AttentionSpec("gqa", hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, v_head_dim=128)
+    assert decode_kv_heads(gqa, 1) == 8 and decode_kv_heads(gqa, 4) == 2
+    assert decode_kv_heads(gqa, 16) == 1.0  # replicated below one KV head per GPU
+    for kind in ("mla", "dsv4"):
+        assert decode_kv_heads(dataclasses.replace(gqa, kind=kind, num_kv_heads=32), 1) == 1.0

@@ -32,6 +32,7 @@ from perfmodel.cost.memory.rollout import rollout_memory
 from perfmodel.cost.params import params_by_role
 from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import HardwareProfile
+from perfmodel.inputs.model_spec import AttentionSpec
 from perfmodel.inputs.scenario import Scenario
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -207,6 +208,12 @@ def gqa_kv_entry(head_dim: int, kv_heads_per_gpu: float, heads_per_gpu: float, k
     return 2.0 * head_dim * kv_heads_per_gpu * _kv_elem_bytes(kv_dtype), 4.0 * heads_per_gpu * head_dim
 
 
+def decode_kv_heads(a: AttentionSpec, attn_tp: int) -> float:
+    """KV heads a decode kernel walks per request on one GPU: GQA/MHA's (replicated below one per GPU), one latent
+    head for MLA and DSV4 (every query head reads it)."""
+    return max(1.0, a.num_kv_heads / attn_tp) if a.kind == "gqa" else 1.0
+
+
 def experts_hit(experts: int, top_k: int, tokens: float) -> float:
     """Expected distinct experts hit when `tokens` tokens each route top-k of `experts` (uniform)."""
     if not experts:
@@ -278,10 +285,13 @@ class EngineCost:
             else GQA_DENSE_DECODE_KERNELS_PER_LAYER + MLA_EXTRA_DECODE_KERNELS_PER_LAYER * (ds.kind == "mla")
             + MOE_EXTRA_DECODE_KERNELS_PER_LAYER * (self.n_moe > 0))
         self.components = self._kv_components()
-        # per request per decode step: each attention layer's fixed time per query head on the GPU (attention
-        # DP ranks split the requests), whatever the context
+        # per request per decode step: each attention layer's fixed time per KV head (its work item: one latent
+        # head for MLA and DSV4) and per query head on the GPU (attention DP ranks split the requests), whatever
+        # the context
         query_heads = sum(layer.attention.num_heads / g.attn_tp for layer in m.layers) / g.attn_dp
-        self.attn_query_s = query_heads * hw.attention_decode_query_head_s * scale
+        kv_heads = sum(decode_kv_heads(layer.attention, g.attn_tp) for layer in m.layers) / g.attn_dp
+        self.attn_query_s = (query_heads * hw.attention_decode_query_head_s
+                             + kv_heads * hw.attention_decode_kv_head_s) * scale
         self.prefill_query_s = query_heads * hw.attention_prefill_query_head_s * scale  # per prompt token
         # FP8: the activations of each quantized dense linear pass through a quantize kernel first (its floor and
         # bytes: activation_quant_time_s), taken at the hidden size (the down projection's is larger: a floor)
