@@ -1,4 +1,5 @@
-"""The `perfmodel` command line. Bad input prints one line (file: field: fix) and exits 2.
+"""The `perfmodel` command line. Bad input prints one line (file: field: fix) and exits 2; an impossible result
+(a physics invariant broken) one line and exits 3.
 
 The subcommands live in perfmodel/commands/ (one module each, listed in COMMANDS); this file only builds the
 parser and turns errors into exit codes.
