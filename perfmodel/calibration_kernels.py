@@ -23,7 +23,7 @@ from perfmodel.calibration import (
 )
 from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import HardwareProfile
-from perfmodel.kernels.price import Lane, implied_over_peak, lanes_for
+from perfmodel.kernels.price import Lane, lanes_for, misread
 from perfmodel.kernels.table import KernelRow
 
 # The parameters each op's price reads (those a fit may move). GEMM curves are added per dtype present.
@@ -93,7 +93,7 @@ def fit_kernel_calibration(rows: list[KernelRow], hw: HardwareProfile, names: li
     """Fit `names` (default: what the rows' prices read) of `hw` to the rows measured on it."""
     t0 = time.perf_counter()
     mine = [(r, lanes[0]) for r in rows if r.hardware == hw.id and (lanes := lanes_for(r))
-            and (implied_over_peak(r, hw) or 0.0) <= 1.0]  # a row above the peak is misread (kernels check skips it)
+            and not misread(r, hw)]  # a row above the peak is misread (kernels check skips it too)
     if not mine:
         raise InputError(", ".join(sources or []) or "--kernels", "hardware",
                          f"no table row of {hw.id} that the model prices (rows are matched by their hardware column)")

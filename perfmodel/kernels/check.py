@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfmodel.inputs.hardware import HardwareProfile, known_hardware_ids, load_hardware
-from perfmodel.kernels.price import implied_over_peak, lanes_for, regime
+from perfmodel.kernels.price import lanes_for, misread, regime
 from perfmodel.kernels.table import KernelRow, format_shape
 
 REGIMES = ("small", "large", "bulk")
@@ -100,8 +100,7 @@ def check_rows(rows: Iterable[KernelRow], lanes: set[str] | None = None,
         if not matched:
             _skip(res, f"no lane for {row.op} {row.dtype}{' ' + row.variant if row.variant else ''}")
             continue
-        over = implied_over_peak(row, hw)
-        if over is not None and over > 1.0:  # physics: no kernel runs above the peak; the reading is wrong
+        if misread(row, hw):  # physics: no kernel runs above the peak; the reading is wrong
             _skip(res, f"{row.op}: faster than the GPU's peak as read (its token count is another group's)")
             continue
         reg = regime(row)

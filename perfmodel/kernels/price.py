@@ -106,13 +106,13 @@ def _moe_shape(r: KernelRow) -> tuple[float, float, float, int, float]:
     return rows, float(r.get("hidden")), r.get("inter") / tp, local, float(r.get("tokens"))
 
 
-def implied_over_peak(r: KernelRow, hw: HardwareProfile) -> float | None:
-    """A grouped GEMM row's FLOPs at its measured time against the GPU's peak for its dtype (None for other
-    ops): above 1 the row cannot be what the project reads it as (its token count read as the wrong group's)."""
+def misread(r: KernelRow, hw: HardwareProfile) -> bool:
+    """A grouped GEMM row whose FLOPs at its measured time exceed the GPU's peak for its dtype: no kernel runs
+    there, so the row is not what the project reads it as (its token count is another group's)."""
     if r.op != "grouped_gemm":
-        return None
+        return False
     rows, h, il, _, _ = _moe_shape(r)
-    return 2.0 * rows * h * 3 * il / r.latency_s / hw.peak(MODEL_DTYPE[r.dtype])
+    return 2.0 * rows * h * 3 * il / r.latency_s > hw.peak(MODEL_DTYPE[r.dtype])
 
 
 def _moe_train(r: KernelRow, hw: HardwareProfile) -> float:

@@ -343,7 +343,7 @@ class EngineCost:
                 e = _latent_entry_bytes(c, rope, kvd)
                 add(1.0, math.inf, e, 2.0 * hpr * (c + rope + c), "mla")
             else:
-                e, fl = gqa_kv_entry(a.head_dim, max(1.0, a.num_kv_heads / g.attn_tp), hpr, kvd)
+                e, fl = gqa_kv_entry(a.head_dim, decode_kv_heads(a, g.attn_tp), hpr, kvd)
                 cap = float(a.sliding_window) if a.sliding_window else math.inf
                 add(1.0, cap, e, fl, "swa" if a.sliding_window else "full")
         return tuple(KVComponent(r, c, v[0], v[1], lab) for (r, c, lab), v in acc.items())
