@@ -186,15 +186,18 @@ def sweep(spec: SweepSpec | str | PathLike | None = None, *, spec_path: str = ""
 @dataclass
 class ValidationReport:
     """Every scored figure (`rows`: id, metric, measured, predicted, rel_error[, p10, p90]), the cases the model
-    could not predict with why (`failed`), and the error statistics (`summary`, with `by_kind`)."""
+    could not predict with why (`failed`), the error statistics (`summary`, with `by_kind`), and how the
+    predictions order measured pairs (`pairs`, validation_pairs.py)."""
 
     rows: list[dict[str, Any]]
     failed: list[dict[str, Any]]
     summary: dict[str, Any]
     stacks: dict[str, Any]
+    pairs: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        return {"cases": self.rows, "failed": self.failed, "stacks": self.stacks, "summary": self.summary}
+        return {"cases": self.rows, "failed": self.failed, "stacks": self.stacks, "summary": self.summary,
+                "pairs": self.pairs}
 
 
 def case_inputs(paths: PathsLike) -> list[str]:
@@ -218,7 +221,7 @@ def validate(cases: PathsLike = None, *, calibration: Sequence[str | PathLike] =
     from perfmodel.validation import run_validation
 
     report = run_validation(case_inputs(cases), [str(c) for c in calibration], band=band)
-    return ValidationReport(report["cases"], report["failed"], report["summary"], report.get("stacks", {}))
+    return ValidationReport(report["cases"], report["failed"], report["summary"], report["stacks"], report["pairs"])
 
 
 def calibrate(cases: PathsLike, *, params: Sequence[str] | None = None, stack: str | None = None,

@@ -11,6 +11,7 @@ from perfmodel.inputs.case import ValidationCase, case_paths, load_case
 from perfmodel.inputs.scenario import build_scenario
 from perfmodel.memo import Memo
 from perfmodel.predict import predict_metrics
+from perfmodel.validation_pairs import PairMember, framework_of, model_key, ordered_pairs
 
 
 @dataclass(slots=True)
@@ -23,13 +24,18 @@ class CaseResult:
     split_note: str = ""
     stack: str = ""
     stack_notes: tuple[str, ...] = ()
+    model: str = ""  # what decides a case's pairs (validation_pairs.py)
+    framework: str = ""
+    stack_named: str = ""  # as the case names it (framework@release)
+    hardware: str = ""
 
 
 def score_case(case: ValidationCase, path: str, calibrations: list[Calibration] | None = None,
                memo: Memo | None = None, band: bool = False) -> CaseResult:
     """Predict and score one case; each overlay applies when it was fitted for the case's stack / hardware.
     `band`: P10-P90 of every prediction (the overlay's uncertainty, else the prior's) in the rows."""
-    res = CaseResult(case.id, case.kind, path)
+    res = CaseResult(case.id, case.kind, path, model=model_key(case.model), framework=framework_of(case.stack),
+                     stack_named=case.stack or "default", hardware=case.hardware)
     bands: dict[str, tuple[float, float, float]] = {}
     try:
         scenario = build_scenario(case, source=path)
@@ -102,8 +108,12 @@ def run_validation(paths: list[str], calibrations: list[str] | None = None, band
         by_kind[kind] = _stats(kind_rows) | {
             "failed_cases": sum(1 for r in results if r.kind == kind and r.failed_reason)}
     summary["by_kind"] = by_kind
+    members = [PairMember(res.id, res.kind, res.model, res.framework, res.stack_named, res.hardware, row["metric"],
+                          row["measured"], row["predicted"])
+               for res in results for row in res.rows if row["predicted"] is not None]
     return {
         "cases": rows,
+        "pairs": ordered_pairs(members),
         "failed": [{"id": r.id, "path": r.path, "reason": r.failed_reason} for r in results if r.failed_reason],
         "stacks": {r.id: {"stack": r.stack, "notes": list(r.stack_notes)} for r in results if r.stack},
         "summary": summary,

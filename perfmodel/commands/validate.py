@@ -27,6 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--band", action="store_true",
                    help="a P10-P90 band on every prediction: from the overlay's parameter uncertainty and the spread "
                    "its runs left, or without one from the prior on the stack's multipliers; prints the coverage")
+    v.add_argument("--pairs", action="store_true",
+                   help="how the predictions order measured runs: every two cases of one model and framework whose "
+                   "measured values of a metric differ by more than 5%%; the share ordered right (overall, same "
+                   "hardware, same hardware and stack release, per kind) and each wrong pair")
     v.add_argument("--cv", action="store_true",
                    help="cross-validate within (stack, hardware) groups: zero-shot vs calibrated (leave-one-out on "
                    "the stack's compute multiplier), P10-P90 bands and their coverage, and the learning curve")
@@ -53,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(report.to_json(), indent=2))
         return 0
+    if args.pairs:
+        return _print_pairs(report.pairs, args.format)
     if args.format == "csv":
         write_rows(report.rows, "csv", CSV_COLUMNS)
         return 0
@@ -85,6 +91,44 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"  {kind}: n={ks['n']}, mean |error| {_fmt_pct(ks['mean_abs_rel_error'])}, "
                   f"max |error| {_fmt_pct(ks['max_abs_rel_error'])}, not predicted {ks['failed_cases']}"
                   .replace("+", ""), soft_wrap=True)
+    return 0
+
+
+PAIR_COLUMNS = ["model", "framework", "metric", "higher_id", "higher_measured", "higher_predicted", "lower_id",
+                "lower_measured", "lower_predicted", "same_hardware", "same_stack", "tie"]
+
+
+def _pair_share(name: str, t: dict) -> str:
+    share = "-" if t["share"] is None else f"{t['share']:.0%}"
+    return f"{name}: {t['right']} of {t['n']} pairs ordered right ({share})"
+
+
+def _print_pairs(pairs: dict, fmt: str) -> int:
+    rows = [{"model": w["model"], "framework": w["framework"], "metric": w["metric"],
+             **{f"{side}_{k}": w[side][k] for side in ("higher", "lower") for k in ("id", "measured", "predicted")},
+             "same_hardware": w["same_hardware"], "same_stack": w["same_stack"], "tie": w["tie"]}
+            for w in pairs["wrong"]]
+    if fmt == "csv":
+        write_rows(rows, "csv", PAIR_COLUMNS)
+        return 0
+    out = console()
+    table = new_table("perfmodel validate --pairs: pairs in the wrong order (higher measured first)",
+                      ["metric", "higher measured", "measured", "predicted", "lower measured", "measured",
+                       "predicted", "same"], left=("metric", "higher measured", "lower measured", "same"))
+    for r in rows:
+        same = ("hw+stack" if r["same_stack"] else "hw") if r["same_hardware"] else "-"
+        table.add_row(r["metric"], r["higher_id"], _fmt_num(r["higher_measured"]), _fmt_num(r["higher_predicted"]),
+                      r["lower_id"], _fmt_num(r["lower_measured"]), _fmt_num(r["lower_predicted"]),
+                      same + (" (tie)" if r["tie"] else ""))
+    if rows:
+        out.print(table)
+    out.print(f"rule: {pairs['rule']}", soft_wrap=True)
+    out.print(_pair_share("all", pairs), soft_wrap=True)
+    out.print("  " + _pair_share("same hardware", pairs["same_hardware"]), soft_wrap=True)
+    out.print("  " + _pair_share("same hardware and stack release", pairs["same_hardware_and_stack"]),
+              soft_wrap=True)
+    for kind, t in pairs["by_kind"].items():
+        out.print("  " + _pair_share(kind, t), soft_wrap=True)
     return 0
 
 
