@@ -216,7 +216,8 @@ def _show(args: argparse.Namespace) -> int:
     pk = run["environment"].get("packages", {})
     print("versions " + ", ".join(f"{k} {v}" for k, v in pk.items() if v))
     if "engine_start_s" in info:
-        print(f"engine start {info['engine_start_s']:.1f} s; rollout weights: {info.get('engine_weight_format')}; "
+        how = f" ({info['engine_start_method']})" if "engine_start_method" in info else ""
+        print(f"engine start {info['engine_start_s']:.1f} s{how}; rollout weights: {info.get('engine_weight_format')}; "
               f"weight update mode {info.get('weight_update_mode')}")
     if not steps:
         print("no steps recorded")

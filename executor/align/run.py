@@ -82,6 +82,7 @@ class AlignSession:
         from executor.backends.local.cpu_shims import apply_megatron_shims
 
         apply_megatron_shims()
+        from executor.backends.local.engine_processes import prestart as prestart_engine_processes
         from executor.backends.local.fp8 import BLOCK
         from executor.backends.local.options import LocalOptions
         from executor.backends.local.plan_check import check_plan
@@ -92,6 +93,8 @@ class AlignSession:
         t0 = time.perf_counter()
         checked = check_plan(plan_path)
         plan = checked.plan
+        engine_hf_config = {**plan.model.hf_config, **(rollout_overrides or {})}
+        prestart_engine_processes((engine_hf_config.get("architectures") or ["LlamaForCausalLM"])[0])  # overlaps
         precision = precision or plan.rl.rollout.precision
         tokens = _read_tokens(tokens_file, plan.model.hf_config["vocab_size"]) if tokens_file else None
         work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="align-"))
@@ -102,7 +105,7 @@ class AlignSession:
         trainer_tensors = trainer.hf_tensors_on_rank0()
         engine_named, _, _ = prepare_for_engine(trainer_tensors, precision, block=fp8_block)
         reference_named, _, _ = prepare_for_engine(trainer_tensors, precision, block=BLOCK)
-        engine_arch = TinyArch.from_hf_config({**plan.model.hf_config, **(rollout_overrides or {})})
+        engine_arch = TinyArch.from_hf_config(engine_hf_config)
         write_hf_checkpoint(work / "engine", engine_arch, dict(engine_named))
         t1 = time.perf_counter()
         import os

@@ -63,6 +63,7 @@ def test_launch_default_plan_three_steps(tmp_path: Path) -> None:
     (run,) = store.runs()
     assert run["status"] == "finished" and run["steps"] == 3 and run["plan_id"] == "local-grpo"
     assert run["info"]["engine_start_s"] > 0 and "dequantized" in run["info"]["engine_weight_format"]
+    assert run["info"]["engine_start_method"] == "forkserver"  # CPU: SGLang imported while the trainer built
     steps = store.steps(run["run_id"])
     for s in steps:
         for phase in ("rollout", "log_probs", "train", "weight_update", "step"):
@@ -83,6 +84,7 @@ def test_launch_default_plan_three_steps(tmp_path: Path) -> None:
     rollout_row = next(line.split() for line in shown.stdout.splitlines() if line.startswith("rollout "))
     assert len(rollout_row) == 11 and "-" not in rollout_row, shown.stdout  # measured, predicted, this host
     assert "calibration none" in shown.stdout and "this host" in shown.stdout
+    assert "s (forkserver); rollout weights" in shown.stdout
     listed = _executor("runs", "--store", str(store_path), cwd=tmp_path, timeout=60)
     assert run["run_id"] in listed.stdout
 

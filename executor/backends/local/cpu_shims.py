@@ -19,7 +19,8 @@ Megatron side (`apply_megatron_shims`, call before importing megatron.core):
      tensors, which `all_to_all_single` rejects on gloo: no stream, split sizes become numpy arrays.
   6. `moe_utils.te_general_gemm` is referenced although TransformerEngine is absent: defined as None.
 
-SGLang side (`CpuEngine`, the scheduler subprocess entry `run_scheduler_process_on_cpu`):
+SGLang side (the scheduler subprocess entry `run_scheduler_process_on_cpu`, which engine_processes.py's CpuEngine
+runs; engine_processes.py also forks the engine's processes from a prestarted forkserver on CPU):
   7. Rotary embedding: a non-CUDA, non-"CPU engine" platform imports a kernel from `vllm._custom_ops`,
      which is not installed; we make it take its own `forward_native` torch implementation.
 """
@@ -169,16 +170,3 @@ def run_scheduler_process_on_cpu(*args: Any, **kwargs: Any) -> Any:
     from sglang.srt.managers.scheduler import run_scheduler_process
 
     return run_scheduler_process(*args, **kwargs)
-
-
-def sglang_engine_class() -> type:
-    """`sglang.Engine`, or on a CPU machine a subclass whose scheduler subprocess applies shim 7."""
-    from sglang.srt.entrypoints.engine import Engine
-
-    if not needs_cpu_shims():
-        return Engine
-
-    class CpuEngine(Engine):  # type: ignore[misc, valid-type]
-        run_scheduler_process_func = staticmethod(run_scheduler_process_on_cpu)
-
-    return CpuEngine

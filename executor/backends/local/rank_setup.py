@@ -135,7 +135,8 @@ def start_engine(setup: RankSetup, driver: Driver | None) -> None:
     driver.trace.span("write_hf_checkpoint", t0, t1 - t0, lane="driver")
     driver.trace.span("engine_start", t1, t2 - t1, lane="rollout")
     driver.trace.span("initial_weight_update", t2, t3 - t2, lane="driver", engine_format=first.engine_format)
-    driver.sink.update_run_info(setup.job["run_id"], engine_start_s=engine.start_s, initial_weight_update_s=t3 - t2,
+    driver.sink.update_run_info(setup.job["run_id"], engine_start_s=engine.start_s,
+                                engine_start_method=engine.start_method, initial_weight_update_s=t3 - t2,
                                 rollout_precision=rl.rollout.precision, engine_weight_format=first.engine_format,
                                 weight_update_mode=rl.weight_update.mode, world_size=setup.world,
                                 layout={"tp": layout.tp, "pp": layout.pp, "ep": layout.ep, "dp": setup.dp},

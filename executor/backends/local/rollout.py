@@ -6,54 +6,17 @@ the sampled tokens' log-probs (`rollout_log_probs`).
 
 from __future__ import annotations
 
-import os
+import json
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from executor.backends.local.cpu_shims import needs_cpu_shims, sglang_engine_class
+from executor.backends.local.cpu_shims import needs_cpu_shims
+from executor.backends.local.engine_processes import engine_environment, sglang_engine_class, start_method
 from executor.backends.local.tokenizer import EOS_ID, decode
-
-# torchrun's variables must not reach SGLang's own subprocesses (they set up their own process group)
-_TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
-                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
-                 "TORCHELASTIC_MAX_RESTARTS", "GROUP_WORLD_SIZE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS")
-
-
-@contextmanager
-def _without_torchrun_env() -> Any:
-    saved = {k: os.environ.pop(k) for k in _TORCHRUN_ENV if k in os.environ}
-    try:
-        yield
-    finally:
-        os.environ.update(saved)
-
-
-EXTERNAL_MODELS = "executor.backends.local.sglang_models"  # model classes SGLang does not ship (dsv4mini)
-
-
-@contextmanager
-def _external_models(model_path: Path) -> Any:
-    """SGLang's scheduler process imports our model classes when the checkpoint names one of them."""
-    import json
-
-    arch = (json.loads((Path(model_path) / "config.json").read_text()).get("architectures") or [""])[0]
-    if arch != "Dsv4MiniForCausalLM":
-        yield
-        return
-    saved = os.environ.get("SGLANG_EXTERNAL_MODEL_PACKAGE")
-    os.environ["SGLANG_EXTERNAL_MODEL_PACKAGE"] = EXTERNAL_MODELS
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("SGLANG_EXTERNAL_MODEL_PACKAGE", None)
-        else:
-            os.environ["SGLANG_EXTERNAL_MODEL_PACKAGE"] = saved
 
 
 @dataclass
@@ -79,8 +42,10 @@ class RolloutEngine:
             kwargs["mem_fraction_static"] = mem_fraction_static
         if max_running_requests:
             kwargs["max_running_requests"] = max_running_requests
-        with _without_torchrun_env(), _external_models(model_path):
-            self.engine = sglang_engine_class()(**kwargs)
+        architecture = (json.loads((Path(model_path) / "config.json").read_text()).get("architectures") or [""])[0]
+        self.start_method = start_method(architecture)  # its processes forked from a forkserver, or spawned
+        with engine_environment(architecture):
+            self.engine = sglang_engine_class(architecture)(**kwargs)
         self.start_s = time.perf_counter() - t0
 
     def generate(self, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float) -> list[Generation]:

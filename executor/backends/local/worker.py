@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import random
 import signal
 import sys
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from executor.backends.local.cpu_shims import apply_megatron_shims
+from executor.backends.local.engine_processes import prestart as prestart_engine_processes
 from executor.backends.local.gc_pauses import freeze_gc
 from executor.backends.local.rank_setup import Driver, RankSetup, open_driver, setup_rank, start_engine
 from executor.backends.local.rl_step import run_step
@@ -38,6 +40,8 @@ _RUN_MODULES = (
 
 
 def run(job: dict[str, Any]) -> None:
+    if os.environ.get("RANK", "0") == "0":  # the engine's host: its processes' imports overlap megatron-core's
+        prestart_engine_processes(_architecture(job))
     apply_megatron_shims()
     for module in _RUN_MODULES:
         importlib.import_module(module)
@@ -71,6 +75,12 @@ def run(job: dict[str, Any]) -> None:
         if driver is not None:
             driver.sink.close()
     dist.destroy_process_group()
+
+
+def _architecture(job: dict[str, Any]) -> str:
+    from perfmodel.inputs.plan import load_plan
+
+    return ((load_plan(job["plan_path"]).model.hf_config or {}).get("architectures") or ["LlamaForCausalLM"])[0]
 
 
 def _checkpoint(setup: RankSetup, driver: Driver | None, step: int, rng: random.Random) -> None:
