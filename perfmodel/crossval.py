@@ -79,7 +79,8 @@ def case_curve(case: ValidationCase, path: str, memo: Memo) -> CaseCurve | None:
                       np.log([measured[metrics[j]] for j in keep]),
                       np.log([[r[j] for j in keep] for r in rows]))
     run = case.model_dump(mode="json", exclude={"id", "source", "notes", "stack"})
-    run["train"]["layout"].pop("dp", None)  # derived from the GPUs when omitted: not part of what was run
+    if "train" in run:  # a serve case has none
+        run["train"]["layout"].pop("dp", None)  # derived from the GPUs when omitted: not part of what was run
     curve.run_key = json.dumps(run, sort_keys=True)
     mid = SCALE_GRID.index(min(SCALE_GRID, key=lambda x: abs(x - 1.0)))
     curve.zero_shot = {m: float(np.exp(curve.log_pred[mid, k])) for k, m in enumerate(curve.metrics)}

@@ -21,6 +21,10 @@ def simulate_scenario(scn: Scenario, record_trace: bool = False, memory: MemoryB
     when None."""
     from perfmodel.cost.memory.training import training_memory
 
+    if scn.run.kind == "serve":  # a serving benchmark: the engine alone (its result has the same metrics())
+        from perfmodel.sim.serving import simulate_serving
+
+        return simulate_serving(scn)  # type: ignore[return-value]
     memory = memory if memory is not None else training_memory(scn)
     if scn.run.kind == "rl":
         from perfmodel.sim.rl_step import simulate_rl_step

@@ -4,28 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from perfmodel.errors import InputError
 from perfmodel.inputs.loading import parse, read_mapping
+from perfmodel.inputs.measured import Measured
 from perfmodel.inputs.run import RunSpec
-
-
-class Measured(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    step_time_s: float | None = Field(None, gt=0)
-    tokens_per_s_per_gpu: float | None = Field(None, gt=0)
-    tflops_per_gpu: float | None = Field(None, gt=0)
-    mfu: float | None = Field(None, gt=0, le=1)
-    rollout_time_s: float | None = Field(None, gt=0)
-    log_probs_time_s: float | None = Field(None, gt=0)
-    train_time_s: float | None = Field(None, gt=0)
-    weight_update_time_s: float | None = Field(None, gt=0)
-    rollout_tokens_per_gpu_s: float | None = Field(None, gt=0)
-    train_tokens_per_s: float | None = Field(None, gt=0)
-
-    def items(self) -> list[tuple[str, float]]:
-        return [(k, v) for k, v in self.model_dump().items() if v is not None]
+from perfmodel.inputs.serve import ServeCase
 
 
 class ValidationCase(RunSpec):
@@ -35,9 +20,12 @@ class ValidationCase(RunSpec):
     notes: str = ""
 
 
-def load_case(path: str | Path) -> ValidationCase:
+def load_case(path: str | Path) -> ValidationCase | ServeCase:
     data = read_mapping(path)
-    case = parse(ValidationCase, data, str(path))
+    if isinstance(data, dict) and data.get("kind") == "serve":
+        case = parse(ServeCase, data, str(path))
+    else:
+        case = parse(ValidationCase, data, str(path))
     if not case.measured.items():
         raise InputError(
             str(path), "measured", "needs at least one measured metric: " + ", ".join(Measured.model_fields))

@@ -12,8 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfmodel.inputs.case import Measured
 from perfmodel.inputs.loading import parse, read_mapping
+from perfmodel.inputs.measured import Measured
 from perfmodel.inputs.run import RunSpec
 
 PLAN_VERSION = 1

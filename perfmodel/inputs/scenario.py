@@ -6,6 +6,7 @@ checked.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import HardwareProfile, load_hardware
@@ -14,12 +15,15 @@ from perfmodel.inputs.run import RunSpec
 from perfmodel.inputs.stack import Stack, resolve_stack
 from perfmodel.schedules import Schedule, schedule_class
 
+if TYPE_CHECKING:
+    from perfmodel.inputs.serve import ServeCase
+
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
     hardware: HardwareProfile
     model: ModelSpec
-    run: RunSpec
+    run: RunSpec | ServeCase  # a serve case: the engine alone (its `rl` is the engine section)
     dp: int
     expert_dp: int  # data-parallel replicas of each expert shard
     stage_layers: tuple[int, ...]  # decoder layers per virtual stage, in model order (len pp * vpp)
@@ -88,7 +92,7 @@ def resolve_model(run: RunSpec, source: str) -> ModelSpec:
 
 
 def build_scenario(
-    run: RunSpec,
+    run: RunSpec | ServeCase,
     source: str = "",
     hardware: HardwareProfile | None = None,
     model: ModelSpec | None = None,
@@ -96,6 +100,8 @@ def build_scenario(
     hw = (hardware or load_hardware(run.hardware, source=source)).with_options(run.hardware_options)
     m = model or resolve_model(run, source)
     stack = resolve_stack(run.stack, run.stack_options, source)
+    if run.kind == "serve":
+        return _serve_scenario(run, hw, m, stack, source)
     if run.rl is not None:
         _check_rl_gpus(run, m, source)
     dp, expert_dp = _check_layout(run, m, stack, source)
@@ -103,6 +109,21 @@ def build_scenario(
     split, note = _pipeline_split(run, m, schedule, source)
     m_count = _microbatches(run, dp, schedule, source)
     return Scenario(hw, m, run, dp, expert_dp, split, note, m_count, schedule, stack)
+
+
+def _serve_scenario(run: ServeCase, hw: HardwareProfile, m: ModelSpec, stack: Stack, source: str) -> Scenario:
+    """A serving benchmark: the engine alone (perfmodel/inputs/serve.py), no training layout to resolve."""
+    from perfmodel.inputs.serve import serve_field
+
+    try:
+        _check_rl_gpus(run, m, source)
+    except InputError as err:
+        raise serve_field(err) from None
+    s = run.serve
+    if m.max_position_embeddings and s.input_tokens + s.output_tokens > m.max_position_embeddings:
+        raise _fail(source, "serve.input_tokens", f"input + output = {s.input_tokens + s.output_tokens} tokens is "
+                    f"longer than the model's context ({m.max_position_embeddings})")
+    return Scenario(hw, m, run, 1, 1, (), "serving: no training", 0, "1f1b", stack)
 
 
 def _check_rl_gpus(run: RunSpec, m: ModelSpec, source: str) -> None:

@@ -32,7 +32,8 @@ from perfmodel.sim.rl_subphases import (
     train_path_extras,
     weight_copy_s,
 )
-from perfmodel.sim.rollout import RolloutResult, simulate_rollout
+from perfmodel.sim.rollout import simulate_rollout
+from perfmodel.sim.rollout_result import RolloutResult
 from perfmodel.sim.train import TrainStepResult, simulate_train_step
 from perfmodel.trace import Span
 

@@ -56,8 +56,6 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 import simpy
@@ -65,117 +63,8 @@ import simpy
 from perfmodel.cost.serve.engine import EngineCost, RolloutParams, rl_section, rollout_params_for
 from perfmodel.errors import InputError
 from perfmodel.inputs.scenario import Scenario
-from perfmodel.invariants import PhysicsError, check_parts_non_negative
-from perfmodel.sim.response_law import ResponseLaw, response_law, response_lengths
-
-# ---------------------------------------------------------------------------------------------------------------
-# Result
-
-
-class TimelineSegment(NamedTuple):
-    engine: int
-    start_s: float
-    end_s: float
-    batch: int
-    kind: str  # "prefill" | "decode"
-
-
-def straggler_fraction(batch_curves: tuple[tuple[tuple[float, int], ...], ...], rollout_time_s: float) -> float:
-    """Share of a rollout's wall time with fewer than half of its peak running requests still running (summed over
-    engines): the long tail of heavy-tailed response lengths, where the engines decode a few stragglers. Computed
-    once per simulated rollout (a sweep shares one rollout among many plans)."""
-    if rollout_time_s <= 0 or not batch_curves:
-        return 0.0
-    times = np.unique(np.concatenate([[0.0, rollout_time_s]] + [[t for t, _ in curve] for curve in batch_curves]))
-    times = times[times <= rollout_time_s]
-    running = np.zeros(len(times))
-    for curve in batch_curves:  # each engine's step function, read at every change of any engine
-        at = np.array([t for t, _ in curve])
-        n = np.array([b for _, b in curve], dtype=float)
-        i = np.searchsorted(at, times, side="right") - 1
-        running += np.where(i >= 0, n[np.clip(i, 0, None)], 0.0)
-    peak = running.max()
-    if peak <= 0:
-        return 0.0
-    return float(np.diff(times)[running[:-1] < peak / 2].sum() / rollout_time_s)
-
-
-@dataclass(frozen=True, slots=True)
-class RolloutResult:
-    rollout_time_s: float
-    tokens_generated: int  # response tokens (what Miles' perf/tokens_per_gpu_per_sec counts)
-    prompt_tokens: int
-    tokens_per_s_per_gpu: float
-    rollout_gpus: int
-    num_engines: int  # simulated schedulers (SGLang engines x dp replicas without DP-attention)
-    engine_gpus: int  # GPUs per simulated scheduler
-    engine_busy_s: tuple[float, ...]
-    engine_last_finish_s: tuple[float, ...]
-    engine_decode_steps: tuple[int, ...]
-    engine_max_batch: tuple[int, ...]
-    batch_curves: tuple[tuple[tuple[float, int], ...], ...]  # per engine: (t_s, running batch) at each change
-    idle_tail_gpu_s: float  # sum over engines of (rollout end - last finish) x engine GPUs
-    prefill_time_s: float  # summed over engines
-    decode_time_s: float  # summed over engines
-    timeline: tuple[TimelineSegment, ...]
-    response_lengths: tuple[int, ...]
-    law: ResponseLaw
-    kv_pool_bytes_per_gpu: float
-    weights_bytes_per_gpu: float
-    max_running_requests: float
-    sim_events: int  # simpy events processed (the speed metric: grows with segments, not tokens)
-    decode_segments: int
-    notes: tuple[str, ...] = field(default=())
-    straggler_fraction: float = 0.0  # `straggler_fraction(batch_curves, rollout_time_s)`
-
-    def __post_init__(self) -> None:
-        where = f"rollout on {self.rollout_gpus} GPUs, {self.num_engines} engines"
-        check_parts_non_negative("rollout times >= 0", where, {
-            "rollout_time_s": self.rollout_time_s, "prefill_time_s": self.prefill_time_s,
-            "decode_time_s": self.decode_time_s, "idle_tail_gpu_s": self.idle_tail_gpu_s}
-            | {f"engine_busy_s[{i}]": b for i, b in enumerate(self.engine_busy_s)})
-        if self.rollout_time_s <= 0:
-            raise PhysicsError("rollout > 0", where, f"rollout_time_s = {self.rollout_time_s}")
-        for i, (busy, last) in enumerate(zip(self.engine_busy_s, self.engine_last_finish_s)):
-            if busy > self.rollout_time_s * (1 + 1e-6) + 1e-9 or last > self.rollout_time_s * (1 + 1e-6) + 1e-9:
-                raise PhysicsError("an engine is busy within the rollout", where, f"engine {i} busy {busy:.6g} s, "
-                                   f"last finish {last:.6g} s, rollout {self.rollout_time_s:.6g} s")
-
-    @property
-    def prefill_fraction(self) -> float:
-        busy = self.prefill_time_s + self.decode_time_s
-        return self.prefill_time_s / busy if busy else 0.0
-
-    @property
-    def idle_tail_fraction(self) -> float:
-        """Share of the rollout GPU-time spent idle in the tail."""
-        total = self.rollout_time_s * self.rollout_gpus
-        return self.idle_tail_gpu_s / total if total else 0.0
-
-    def spans(self, offset_s: float = 0.0) -> list:
-        from perfmodel.trace import Span
-
-        return [Span(f"engine {s.engine}", "compute", f"{s.kind} B={s.batch}", s.start_s + offset_s,
-                     s.end_s - s.start_s, {"batch": s.batch}) for s in self.timeline]
-
-    def to_json(self) -> dict:
-        return {
-            "rollout_time_s": self.rollout_time_s,
-            "tokens_generated": self.tokens_generated,
-            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
-            "num_engines": self.num_engines,
-            "engine_gpus": self.engine_gpus,
-            "idle_tail_gpu_s": self.idle_tail_gpu_s,
-            "idle_tail_fraction": self.idle_tail_fraction,
-            "straggler_fraction": self.straggler_fraction,
-            "prefill_time_s": self.prefill_time_s,
-            "decode_time_s": self.decode_time_s,
-            "engine_busy_s": list(self.engine_busy_s),
-            "response_law": {"kind": self.law.kind, "mean": self.law.mean,
-                             "truncated_fraction": self.law.truncated_fraction, "note": self.law.note},
-            "notes": list(self.notes),
-        }
-
+from perfmodel.sim.response_law import response_law, response_lengths
+from perfmodel.sim.rollout_result import RolloutResult, TimelineSegment, straggler_fraction
 
 # ---------------------------------------------------------------------------------------------------------------
 # Simulation
@@ -283,7 +172,7 @@ class _Engine:
             self.running.discard(r)
         self.tok_reserved -= sim.res_tokens[r]
         self.kv_reserved -= sim.res_bytes[r]
-        self.last_finish = sim.env.now
+        self.last_finish = sim.finish_s[r] = sim.env.now
         sim.on_finish(self)
 
     def _record_batch(self) -> None:
@@ -314,6 +203,7 @@ class _Engine:
                 yield env.timeout(dt)
                 self.busy_prefill += dt
                 self.timeline.append(TimelineSegment(self.idx, t0, env.now, len(admitted), "prefill"))
+                sim.first_tokens(admitted, t0, dt)
                 for r in admitted:
                     self._start(r)
                 self._record_batch()
@@ -389,7 +279,9 @@ class _Rollout:
         self.env = _CountingEnv()
         self.engines = [_Engine(self, i) for i in range(g.n_units)]
         self.pending: deque[int] = deque(range(n))  # not yet sent by the client (prompt-major order)
-        self.slots = max(1, params.client_concurrency_per_engine * g.n_engines)
+        self.slots = params.client_concurrency or max(1, params.client_concurrency_per_engine * g.n_engines)
+        # per request: sent by the client, first token out (end of its prefill), last token out
+        self.sent_s, self.first_token_s, self.finish_s = np.zeros(n), np.zeros(n), np.zeros(n)
         self.rr = 0
         self.error: InputError | None = None
 
@@ -412,6 +304,14 @@ class _Rollout:
             prof = self._profiles[c0] = (f0, slope, tuple(finite), unbounded)
         return prof
 
+    def first_tokens(self, admitted: list[int], t0: float, dt: float) -> None:
+        """A request's first token comes out with the prefill chunk that ends its prompt (the prefill's time
+        apportioned by tokens); decode resumes once every admitted prompt is in."""
+        chunk, total, done = self.params.chunked_prefill_tokens, sum(self.prompts[r] for r in admitted), 0
+        for r in admitted:
+            done += self.prompts[r]
+            self.first_token_s[r] = t0 + dt * min(total, -(-done // chunk) * chunk) / total
+
     def pending_total(self) -> int:
         return len(self.pending)
 
@@ -433,6 +333,7 @@ class _Rollout:
     def dispatch(self) -> None:
         while self.pending and self.slots > 0:
             r = self.pending.popleft()
+            self.sent_s[r] = self.env.now
             self.slots -= 1
             e = self._route()
             e.waiting.append(r)
@@ -453,11 +354,18 @@ class _Rollout:
             raise self.error
 
 
+def run_requests(scn: Scenario, seed: int, params: RolloutParams) -> _Rollout:
+    """The engines and the client run over every request of the scenario's engine section, to the last token: the
+    simulation's state, per-request times included (`sent_s`, `first_token_s`, `finish_s`)."""
+    sim = _Rollout(scn, seed, params)
+    sim.run()
+    return sim
+
+
 def simulate_rollout(scn: Scenario, seed: int = 0, params: RolloutParams | None = None) -> RolloutResult:
     """Simulate one synchronous rollout (all prompts x samples of one RL step) on the rollout engines."""
     params = params or rollout_params_for(scn)
-    sim = _Rollout(scn, seed, params)
-    sim.run()
+    sim = run_requests(scn, seed, params)
     rl = rl_section(scn)
     es = sim.engines
     end = max((e.last_finish for e in es), default=0.0)

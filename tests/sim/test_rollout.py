@@ -86,7 +86,7 @@ def test_single_long_response_leaves_an_idle_tail():
 
 
 def test_straggler_fraction_is_the_time_with_under_half_the_peak_requests_running():
-    from perfmodel.sim.rollout import straggler_fraction
+    from perfmodel.sim.rollout_result import straggler_fraction
 
     d = _base()
     d["rl"].update(prompts_per_step=8, samples_per_prompt=1)

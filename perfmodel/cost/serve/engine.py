@@ -102,6 +102,7 @@ class RolloutParams:
     """Python scheduling of a prefill batch: the stack's `rollout_prefill_host_s` (stacks/default.yaml)."""
     chunked_prefill_tokens: int = SGLANG_CHUNKED_PREFILL_TOKENS
     client_concurrency_per_engine: int = MILES_SERVER_CONCURRENCY_PER_ENGINE
+    client_concurrency: int | None = None  # all engines together, overriding the above (a serving benchmark)
     router: Literal["round_robin", "least_loaded"] = "round_robin"
     kv_admission: Literal["actual", "max"] = "actual"
     response_sigma: float = DEFAULT_RESPONSE_SIGMA

@@ -1,0 +1,76 @@
+"""A serving benchmark on the rollout's engine model: `simulate_serving(scn) -> ServeResult`.
+
+The same engines, batching, prefill and decode costs as an RL rollout (perfmodel/sim/rollout.py, one model); what a
+benchmark adds is its client: `concurrency` requests in flight, the next one sent when one finishes
+(`--max-concurrency` of SGLang's / vLLM's bench_serving), over `requests` requests. Its figures as bench_serving
+computes them: throughput over the benchmark's duration (first request sent to last token out), TTFT per request
+(sent to first token), TPOT per request ((last token - first token) / (output tokens - 1)), median and mean over
+the requests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfmodel.cost.serve.engine import rollout_params_for
+from perfmodel.errors import InputError
+from perfmodel.inputs.scenario import Scenario
+from perfmodel.inputs.serve import serve_field
+from perfmodel.invariants import PhysicsError
+from perfmodel.sim.rollout import run_requests
+
+
+@dataclass(frozen=True, slots=True)
+class ServeResult:
+    scenario: Scenario
+    duration_s: float
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    gpus: int
+    ttft_s: tuple[float, ...]  # per request
+    tpot_s: tuple[float, ...]  # per request with more than one output token
+    notes: tuple[str, ...] = ()
+
+    kind = "serve"
+
+    def __post_init__(self) -> None:
+        where = f"serving {self.requests} requests on {self.gpus} GPUs"
+        if self.duration_s <= 0:
+            raise PhysicsError("a benchmark takes time", where, f"duration {self.duration_s} s")
+        if min(self.ttft_s, default=0.0) < 0 or min(self.tpot_s, default=1.0) <= 0:
+            raise PhysicsError("TTFT >= 0 and TPOT > 0", where, f"min TTFT {min(self.ttft_s)} s, min TPOT "
+                               f"{min(self.tpot_s, default=float('nan'))} s")
+
+    def metrics(self) -> dict[str, float]:
+        ttft_ms, tpot_ms = np.array(self.ttft_s) * 1e3, np.array(self.tpot_s) * 1e3
+        out = {"output_tokens_per_s_per_gpu": self.output_tokens / self.duration_s / self.gpus,
+               "total_tokens_per_s_per_gpu": (self.input_tokens + self.output_tokens) / self.duration_s / self.gpus,
+               "ttft_median_ms": float(np.median(ttft_ms)), "ttft_mean_ms": float(ttft_ms.mean())}
+        if len(tpot_ms):
+            out |= {"tpot_median_ms": float(np.median(tpot_ms)), "tpot_mean_ms": float(tpot_ms.mean())}
+        return out
+
+    def to_json(self) -> dict:
+        return {"kind": "serve", "hardware": self.scenario.hardware.id, "gpus": self.gpus,
+                "duration_s": self.duration_s, "requests": self.requests, "metrics": self.metrics(),
+                "notes": list(self.notes)}
+
+
+def simulate_serving(scn: Scenario, seed: int = 0) -> ServeResult:
+    serve = scn.run.serve
+    params = dataclasses.replace(rollout_params_for(scn), client_concurrency=serve.concurrency)
+    try:
+        sim = run_requests(scn, seed, params)
+    except InputError as err:  # named by the engine section's RL field: the serve case's
+        raise serve_field(err) from None
+    lengths = np.asarray(sim.lengths)
+    many = lengths > 1
+    tpot = (sim.finish_s[many] - sim.first_token_s[many]) / (lengths[many] - 1)
+    return ServeResult(scn, float(sim.finish_s.max()), len(lengths), int(sum(sim.prompts)), int(lengths.sum()),
+                       scn.run.gpus, tuple((sim.first_token_s - sim.sent_s).tolist()), tuple(tpot.tolist()),
+                       notes=("not modelled: speculative decoding, retraction, CUDA-graph batch caps, warm-up "
+                              "requests",))
