@@ -11,7 +11,7 @@ from perfmodel.inputs.case import ValidationCase, case_paths, load_case
 from perfmodel.inputs.scenario import build_scenario
 from perfmodel.memo import Memo
 from perfmodel.predict import predict_metrics
-from perfmodel.validation_pairs import PairMember, framework_of, model_key, ordered_pairs
+from perfmodel.validation_pairs import PairMember, model_key, ordered_pairs
 
 
 @dataclass(slots=True)
@@ -25,7 +25,6 @@ class CaseResult:
     stack: str = ""
     stack_notes: tuple[str, ...] = ()
     model: str = ""  # what decides a case's pairs (validation_pairs.py)
-    framework: str = ""
     stack_named: str = ""  # as the case names it (framework@release)
     hardware: str = ""
 
@@ -34,8 +33,8 @@ def score_case(case: ValidationCase, path: str, calibrations: list[Calibration] 
                memo: Memo | None = None, band: bool = False) -> CaseResult:
     """Predict and score one case; each overlay applies when it was fitted for the case's stack / hardware.
     `band`: P10-P90 of every prediction (the overlay's uncertainty, else the prior's) in the rows."""
-    res = CaseResult(case.id, case.kind, path, model=model_key(case.model), framework=framework_of(case.stack),
-                     stack_named=case.stack or "default", hardware=case.hardware)
+    res = CaseResult(case.id, case.kind, path, model=model_key(case.model), stack_named=case.stack or "default",
+                     hardware=case.hardware)
     bands: dict[str, tuple[float, float, float]] = {}
     try:
         scenario = build_scenario(case, source=path)
@@ -108,8 +107,8 @@ def run_validation(paths: list[str], calibrations: list[str] | None = None, band
         by_kind[kind] = _stats(kind_rows) | {
             "failed_cases": sum(1 for r in results if r.kind == kind and r.failed_reason)}
     summary["by_kind"] = by_kind
-    members = [PairMember(res.id, res.kind, res.model, res.framework, res.stack_named, res.hardware, row["metric"],
-                          row["measured"], row["predicted"])
+    members = [PairMember(res.id, res.kind, res.model, res.stack_named, res.hardware, row["metric"], row["measured"],
+                          row["predicted"])
                for res in results for row in res.rows if row["predicted"] is not None]
     return {
         "cases": rows,

@@ -28,12 +28,15 @@ class PairMember:
     case_id: str
     kind: str
     model: str
-    framework: str
     stack: str  # framework@release as the case names it
     hardware: str
     metric: str
     measured: float
     predicted: float
+
+    @property
+    def framework(self) -> str:
+        return framework_of(self.stack)
 
 
 def model_key(model: ModelRef) -> str:
@@ -45,6 +48,7 @@ def model_key(model: ModelRef) -> str:
 
 
 def framework_of(stack: str | None) -> str:
+    """The stack's framework without its release (what pairs cases; a case without a stack: "default")."""
     return (stack or "default").split("@", 1)[0]
 
 

@@ -12,10 +12,9 @@ from perfmodel.validation_pairs import PairMember, framework_of, model_key, orde
 from tests.conftest import REPO
 
 
-def _m(case_id: str, measured: float, predicted: float, *, model: str = "m", framework: str = "megatron-bridge",
-       stack: str = "megatron-bridge@26.02", hardware: str = "b200", metric: str = "tflops_per_gpu",
-       kind: str = "pretrain") -> PairMember:
-    return PairMember(case_id, kind, model, framework, stack, hardware, metric, measured, predicted)
+def _m(case_id: str, measured: float, predicted: float, *, model: str = "m", stack: str = "megatron-bridge@26.02",
+       hardware: str = "b200", metric: str = "tflops_per_gpu", kind: str = "pretrain") -> PairMember:
+    return PairMember(case_id, kind, model, stack, hardware, metric, measured, predicted)
 
 
 def test_a_pair_is_right_when_the_prediction_orders_it_as_measured() -> None:
@@ -28,7 +27,7 @@ def test_a_pair_is_right_when_the_prediction_orders_it_as_measured() -> None:
 
 def test_close_measurements_other_models_and_frameworks_make_no_pair() -> None:
     members = [_m("a", 100, 90), _m("b", 104.9, 80),  # 4.9% apart: noise, not a pair
-               _m("c", 200, 10, model="other"), _m("d", 300, 10, framework="nemo-rl"),
+               _m("c", 200, 10, model="other"), _m("d", 300, 10, stack="nemo-rl@0.6"),
                _m("e", 300, 10, metric="tokens_per_s_per_gpu")]
     assert ordered_pairs(members)["n"] == 0
 

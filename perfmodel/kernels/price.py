@@ -61,7 +61,17 @@ def _prefill_train(r: KernelRow, hw: HardwareProfile) -> float:
     b, seq, d = r.get("batch"), r.get("seq"), r.get("head_dim")
     flops, nbytes = flash_core(float(b * seq), float(b * seq), seq, r.get("heads"), r.get("kv_heads"), d, d,
                                r.get("window"))
-    return attention_time_s(hw, flops, nbytes, "bf16", query_heads=b * seq * r.get("heads"))
+    return attention_time_s(hw, flops, nbytes, "bf16", query_heads=_attention_fixed(r, hw)[0])
+
+
+def _attention_fixed(r: KernelRow, hw: HardwareProfile) -> tuple[float, float, float, float]:
+    """An attention row's fixed times beside its (query, key) pairs: (query rows x heads, time per query row and
+    head, requests x KV heads' time (decode only), the kernel floor): what its price adds and `explain` lists."""
+    if r.op == "attention_prefill":
+        return (r.get("batch") * r.get("seq") * r.get("heads"), hw.attention_prefill_query_head_s, 0.0,
+                hw.attention_prefill_floor_s)
+    return (r.get("batch") * r.get("heads"), hw.attention_decode_query_head_s,  # EngineCost.attn_query_s
+            r.get("batch") * max(1, r.get("kv_heads")) * hw.attention_decode_kv_head_s, hw.attention_decode_floor_s)
 
 
 def _keys(r: KernelRow, before: int, new: int) -> float:
@@ -80,8 +90,8 @@ def _prefill_engine(r: KernelRow, hw: HardwareProfile) -> float:
     rates = engine_rates(hw, "bf16")
     _, entry_flops = gqa_kv_entry(r.get("head_dim"), r.get("kv_heads"), r.get("heads"), "bf16")
     pairs = r.get("batch") * _keys(r, r.get("cached"), r.get("seq"))
-    rows = r.get("batch") * r.get("seq") * r.get("heads") * hw.attention_prefill_query_head_s
-    return pairs * entry_flops / rates.attn_flops_per_s + rows + hw.attention_prefill_floor_s
+    queries, per, _, floor = _attention_fixed(r, hw)
+    return pairs * entry_flops / rates.attn_flops_per_s + queries * per + floor
 
 
 def _decode_engine(r: KernelRow, hw: HardwareProfile) -> float:
@@ -93,9 +103,8 @@ def _decode_engine(r: KernelRow, hw: HardwareProfile) -> float:
     e, fl = gqa_kv_entry(r.get("head_dim"), r.get("kv_heads"), r.get("heads"), kv_dtype)
     per_token = roofline_s(e, rates.hbm_bytes_per_s, fl, rates.attn_flops_per_s)
     kv = min(r.get("kv_len"), r.get("window")) if r.get("window") else r.get("kv_len")
-    queries = r.get("batch") * (r.get("heads") * hw.attention_decode_query_head_s  # EngineCost.attn_query_s
-                                + max(1, r.get("kv_heads")) * hw.attention_decode_kv_head_s)
-    return r.get("batch") * kv * per_token + queries + hw.attention_decode_floor_s
+    queries, per, kv_heads_s, floor = _attention_fixed(r, hw)
+    return r.get("batch") * kv * per_token + queries * per + kv_heads_s + floor
 
 
 def _moe_shape(r: KernelRow) -> tuple[float, float, float, int, float]:
@@ -234,10 +243,7 @@ def explain(lane: Lane, row: KernelRow, hw: HardwareProfile) -> list[Term]:
 
 def _attention_terms(row: KernelRow, hw: HardwareProfile, total: float) -> list[Term]:
     prefill = row.op == "attention_prefill"
-    floor = hw.attention_prefill_floor_s if prefill else hw.attention_decode_floor_s
-    per = hw.attention_prefill_query_head_s if prefill else hw.attention_decode_query_head_s
-    queries = row.get("batch") * (row.get("seq") if prefill else 1) * row.get("heads")
-    kv = 0.0 if prefill else row.get("batch") * max(1, row.get("kv_heads")) * hw.attention_decode_kv_head_s
+    queries, per, kv, floor = _attention_fixed(row, hw)
     return [("attention kernel floor", floor * 1e6, "us"),
             ("query rows x heads", queries, ""),
             ("time per query row and head", per * 1e9, "ns"),

@@ -5,7 +5,7 @@ benchmark adds is its client: `concurrency` requests in flight, the next one sen
 (`--max-concurrency` of SGLang's / vLLM's bench_serving), over `requests` requests. Its figures as bench_serving
 computes them: throughput over the benchmark's duration (first request sent to last token out), TTFT per request
 (sent to first token), TPOT per request ((last token - first token) / (output tokens - 1)), median and mean over
-the requests.
+the requests. What is not modelled (speculative decoding, warm-up requests, ...): docs/serving.md.
 """
 
 from __future__ import annotations
@@ -33,9 +33,6 @@ class ServeResult:
     gpus: int
     ttft_s: tuple[float, ...]  # per request
     tpot_s: tuple[float, ...]  # per request with more than one output token
-    notes: tuple[str, ...] = ()
-
-    kind = "serve"
 
     def __post_init__(self) -> None:
         where = f"serving {self.requests} requests on {self.gpus} GPUs"
@@ -54,11 +51,6 @@ class ServeResult:
             out |= {"tpot_median_ms": float(np.median(tpot_ms)), "tpot_mean_ms": float(tpot_ms.mean())}
         return out
 
-    def to_json(self) -> dict:
-        return {"kind": "serve", "hardware": self.scenario.hardware.id, "gpus": self.gpus,
-                "duration_s": self.duration_s, "requests": self.requests, "metrics": self.metrics(),
-                "notes": list(self.notes)}
-
 
 def simulate_serving(scn: Scenario, seed: int = 0) -> ServeResult:
     serve = scn.run.serve
@@ -71,6 +63,4 @@ def simulate_serving(scn: Scenario, seed: int = 0) -> ServeResult:
     many = lengths > 1
     tpot = (sim.finish_s[many] - sim.first_token_s[many]) / (lengths[many] - 1)
     return ServeResult(scn, float(sim.finish_s.max()), len(lengths), int(sum(sim.prompts)), int(lengths.sum()),
-                       scn.run.gpus, tuple((sim.first_token_s - sim.sent_s).tolist()), tuple(tpot.tolist()),
-                       notes=("not modelled: speculative decoding, retraction, CUDA-graph batch caps, warm-up "
-                              "requests",))
+                       scn.run.gpus, tuple((sim.first_token_s - sim.sent_s).tolist()), tuple(tpot.tolist()))
