@@ -4,6 +4,7 @@ the train/rollout log-prob gap every step.
     python studies/long-run/run.py                  # launch 100 steps into a fresh store here, then summarize
     python studies/long-run/run.py --steps 30       # shorter
     python studies/long-run/run.py --summarize-only # the tables and plot from the store already here
+    python studies/long-run/run.py --summarize-only --store S.sqlite --out DIR  # of the newest run in another store
 
 Writes `curves.csv` (per step: time, reward, gap, KL, the sampled tokens' mean log-prob, peak RSS of the trainer
 and of SGLang's processes), `summary.json` (wall time, reward trend, RSS at step 10 vs the last step), `curves.html`
@@ -104,11 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--summarize-only", action="store_true")
+    ap.add_argument("--store", type=Path, help="the executor store to launch into or read (default OUT/store.sqlite)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
     from executor.store import Store
 
-    store_path, run_dir = args.out / "store.sqlite", args.out / "run"
+    store_path, run_dir = args.store or args.out / "store.sqlite", args.out / "run"
     wall = None
     if not args.summarize_only:
         store_path.unlink(missing_ok=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.executor.test_local_launch import REPO, needs_stack
+from tests.executor.test_local_launch import REPO, check_two_process_layout, needs_stack
 
 pytestmark = [pytest.mark.slow]
 
@@ -187,7 +187,8 @@ def test_a_killed_training_rank_fails_the_run_and_leaves_nothing(tmp_path: Path)
     (run,) = _runs(tmp_path / "s.sqlite")
     assert run["status"] == "failed" and len(run["stored"]) >= 3
     assert all(s["phases_s"]["step"] > 0 for s in run["stored"])  # whole steps only
-    _resume_and_check(tmp_path / "s.sqlite", run, len(run["stored"]) + 2)
+    after = _resume_and_check(tmp_path / "s.sqlite", run, len(run["stored"]) + 2)
+    check_two_process_layout(after, after["stored"], "TP1/PP2/DP1")  # the PP2 plan's launch test
 
 
 @needs_stack

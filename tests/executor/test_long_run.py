@@ -1,7 +1,8 @@
-"""A long local GRPO run (studies/long-run/run.py, the study's own code; 25 steps in CI, the study's 100 measured
-in its README): it finishes, no step stalls, the reward ends at least where it began, the log-prob gap is recorded
-every step, and memory is flat (peak RSS of the trainer and of SGLang's processes at the last step within 10% of
-step 10's)."""
+"""A long local GRPO run of the default plan (25 steps in CI, the study's 100 measured in its README), summarized by
+studies/long-run/run.py, the study's own code: it finishes, no step stalls, the reward ends at least where it
+began, the log-prob gap is recorded every step, and memory is flat (peak RSS of the trainer and of SGLang's
+processes at the last step within 10% of step 10's). The same launch is the default plan's launch test
+(test_local_launch.check_default_plan_launch): one launch for both."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.executor.test_local_launch import REPO, needs_stack
+from tests.executor.test_local_launch import REPO, _launch, check_default_plan_launch, needs_stack
 
 pytestmark = [pytest.mark.slow]
 
@@ -26,8 +27,10 @@ def _study() -> object:
 @pytest.mark.timeout(900)
 def test_a_long_run_is_flat_in_memory_without_a_stall(tmp_path: Path) -> None:
     steps = 25
+    res, store_path, run_dir = _launch("local-grpo.yaml", steps, tmp_path)
+    check_default_plan_launch(res, store_path, run_dir, steps)
     study = _study()
-    assert study.main(["--steps", str(steps), "--out", str(tmp_path)]) == 0
+    assert study.main(["--summarize-only", "--store", str(store_path), "--out", str(tmp_path)]) == 0
     import json
 
     s = json.loads((tmp_path / "summary.json").read_text())
