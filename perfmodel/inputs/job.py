@@ -125,7 +125,7 @@ class LogProbsSpec(_Strict):
 
 
 class WeightUpdateSpec(_Strict):
-    mode: Literal["broadcast", "ipc", "disk"] = "broadcast"
+    mode: Literal["broadcast", "ipc", "disk", "p2p"] = "broadcast"
     bucket_mb: float = Field(256, gt=0)
 
 

@@ -140,7 +140,10 @@ def _check_rl_gpus(run: RunSpec, m: ModelSpec, source: str) -> None:
             raise _fail(source, "rl.rollout_gpus", f"disaggregated: actor_gpus + rollout_gpus "
                         f"({rl.actor_gpus} + {rl.rollout_gpus}) must equal gpus ({run.gpus})")
         if rl.weight_update.mode == "ipc":
-            raise _fail(source, "rl.weight_update.mode", "ipc needs colocated placement; use broadcast or disk")
+            raise _fail(source, "rl.weight_update.mode", "ipc needs colocated placement; use broadcast, p2p or disk")
+    if rl.placement == "colocated" and rl.weight_update.mode == "p2p":
+        raise _fail(source, "rl.weight_update.mode", "p2p (RDMA writes to other GPUs) needs disaggregated placement; "
+                    "use ipc")
     ro = rl.rollout
     if rl.rollout_gpus % ro.engine_gpus:
         raise _fail(source, "rl.rollout.engine_gpus", f"rollout_gpus ({rl.rollout_gpus}) must be a multiple of "

@@ -15,6 +15,8 @@ from perfmodel.inputs.scenario import build_scenario
 from perfmodel.inputs.stack import resolve_stack
 from perfmodel.predict import simulate_scenario
 from perfmodel.sim import rl_subphases as sp
+from tests.sim.gb300_case import gb300_case
+from tests.sim.gb300_case import scenario_of as gb300_scenario
 from tests.sim.test_rl_step import BASE
 
 
@@ -166,12 +168,14 @@ def test_the_weight_update_gathers_in_the_trainers_dtype_and_pipelines_where_the
     fp32 = weight_update_time(dataclasses.replace(miles, stack=miles.stack.with_knobs(
         {"weight_update_gather_bytes": 4.0}, "t")))
     assert fp32.parts["gather_s"] > 1.5 * bf16.parts["gather_s"]
-    piped = weight_update_time(dataclasses.replace(miles, stack=miles.stack.with_knobs(
+    ipc = gb300_scenario(gb300_case())  # buckets and their pipelining: the colocated CUDA-IPC path's
+    plain = weight_update_time(ipc)
+    piped = weight_update_time(dataclasses.replace(ipc, stack=ipc.stack.with_knobs(
         {"weight_update_pipelined": True}, "t")))
-    n_c = bf16.num_buckets * bf16.per_bucket_s
-    assert bf16.parts["bucket_fixed_s"] == pytest.approx(n_c)
-    assert piped.parts["bucket_fixed_s"] == pytest.approx(max(0.0, n_c - bf16.parts["pipeline_s"]))
-    assert piped.total_s < bf16.total_s
+    n_c = plain.num_buckets * plain.per_bucket_s
+    assert plain.parts["bucket_fixed_s"] == pytest.approx(n_c) and n_c > 0
+    assert piped.parts["bucket_fixed_s"] == pytest.approx(max(0.0, n_c - plain.parts["pipeline_s"]))
+    assert piped.total_s < plain.total_s
 
 
 def test_each_framework_states_its_path():

@@ -11,12 +11,16 @@ The Miles sequence (docs/reference/dsv4-flash-and-miles.md section 2.6) and how 
    (PP broadcast + TP/EP gathers); in the broadcast / disk paths only each pipeline stage's leader gathers its stage.
 4. **quantize** (FP8 rollout only): BF16 -> FP8 with one FP32 scale per 128x128 block, HBM-bound (read 2 B, write
    1 B + scales per parameter) - on every GPU when colocated, on the stage leaders otherwise.
-5. **transfer**: bucketed (`bucket_mb` of BF16 tensors per bucket; quantized after bucketing, so an FP8 bucket is
-   about half that), costing `buckets x per-bucket fixed cost + BF16 bytes / pipeline rate` (both derived from the
-   GB300 measurements below) plus the link itself: CUDA-IPC - a clone of each flattened bucket into SGLang-owned
-   memory (HBM memcpy); broadcast - NCCL/RCCL broadcast from the stage leaders, every rollout GPU receiving the
-   whole quantized model over the scale-out NIC (or the scale-up fabric when trainer and engines share one domain);
-   disk - write the checkpoint, every engine reads it (documented disk bandwidths, no buckets).
+5. **transfer**, by mechanism (`rl.weight_update.mode`):
+   - ipc (colocated CUDA IPC): bucketed (`bucket_mb` of BF16 tensors per bucket; quantized after bucketing, so an
+     FP8 bucket is about half that), `buckets x per-bucket fixed cost + BF16 bytes / pipeline rate` (both derived
+     from the GB300 measurements below) plus a clone of each flattened bucket into SGLang-owned memory (HBM memcpy);
+   - broadcast (NCCL/RCCL): the whole (quantized) model from the stage leaders to every rollout GPU over the
+     scale-out NIC (or the scale-up fabric when trainer and engines share one domain), stage after stage; none of
+     the IPC path's bucket costs (checked on Miles' and NeMo-RL's H100 figures, studies/validation/weight-update);
+   - p2p (RDMA writes: Miles P2P, NIXL): each engine rank's own shard from one source rank; every source converts
+     every HF tensor (`P2P_TENSOR_S`, below), the writes of one buffer hidden under the loading of the next;
+   - disk: write the checkpoint, every engine reads it (documented disk bandwidths, no buckets).
 6. **post-process**: SGLang `post_process_weights` (quant post-processing on the full model): one HBM pass over
    the rollout weights of each GPU plus a fixed cost; then **resume** (`continue_generation`, and when colocated
    the KV-cache / CUDA-graph memory wake-up; fixed cost).
@@ -50,7 +54,8 @@ them one after another). The per-bucket cost and pipeline rate are Miles' GB300 
 no other framework's bucket timings are published here (an assumption the note on issue 13 states).
 
 Not modelled: the LoRA adapter path,
-P2P / delta updates, NCCL group setup on the first update (cold updates are ~10% slower than steady ones).
+delta updates, NeMo-RL's shard-to-shard `nccl_reshard`, NCCL group setup on the first update (cold updates are
+~10% slower than steady ones).
 
 Shared pieces: collectives from `perfmodel.cost.comm` (Megatron group placement), the trainer's GPU bytes from
 `perfmodel.cost.memory.training.training_memory` (worst pipeline rank) and the rollout weights per GPU from
@@ -63,7 +68,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from perfmodel.cost.comm import GroupPlacement, all_gather_s, broadcast_s, group_placement, host_copy_s
+from perfmodel.cost.comm import GroupPlacement, all_gather_s, broadcast_s, group_placement, host_copy_s, send_recv_s
 from perfmodel.cost.compute import hbm_rate
 from perfmodel.cost.dtypes import FP8_BLOCK_WEIGHT_BYTES
 from perfmodel.cost.memory.rollout import memoized_rollout_memory
@@ -129,6 +134,51 @@ DISK_READ_BYTES_PER_S = 20.0e9
 """Assumption: aggregate read bandwidth of the same filesystem seen by all engines together."""
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# P2P (RDMA writes to each engine rank, Miles `--update-weight-transfer-mode p2p`): the sources' host work per tensor
+
+# HF tensors a decoder layer hands to the engine's weight loader: the attention projections (q, k, v, o; MLA's
+# q_a/q_b/kv_a/kv_b/o count alike) and two norms; a dense MLP's gate, up and down, or a router plus three per
+# routed and shared expert (HF checkpoint naming: model.layers.N.mlp.experts.E.{gate,up,down}_proj).
+ATTENTION_TENSORS, NORM_TENSORS, MLP_TENSORS = 4, 2, 3
+MODEL_END_TENSORS = 3  # embedding, final norm, LM head
+
+
+def hf_tensors(layers: int, dense_layers: int, experts: int) -> int:
+    """HF tensors of a decoder-only model counted as `_params` counts them (`experts`: routed + shared)."""
+    moe = (layers - dense_layers) * (ATTENTION_TENSORS + NORM_TENSORS + 1 + MLP_TENSORS * experts)
+    return MODEL_END_TENSORS + dense_layers * (ATTENTION_TENSORS + NORM_TENSORS + MLP_TENSORS) + moe
+
+
+P2P_RUNS: tuple[tuple[str, int, float, str], ...] = (
+    ("Kimi-K2 1T-A32B", hf_tensors(61, 1, 385), 7.2273 - 0.884,
+     "RDMA 7,227.3 ms less the ~884 ms post_load_weights requantization the doc says it includes; train TP8 PP8 "
+     "CP4 EP32, inference TP32 EP32, 32 + 32 H100 nodes; config: 61 layers, first_k_dense_replace 1, 384 routed + "
+     "1 shared expert (moonshotai/Kimi-K2-Instruct config.json)"),
+    ("GLM-4.5-Air 106B-A12B", hf_tensors(46, 1, 129), 2.6372,
+     "RDMA 2,637.2 ms; train TP1 PP4 EP8, inference TP8 EP8, 4 + 4 H100 nodes; config: 46 layers, "
+     "first_k_dense_replace 1, 128 routed + 1 shared expert (zai-org/GLM-4.5-Air config.json)"),
+)
+"""Miles P2P weight transfer on H100 (radixark/miles docs/advanced/p2p-weight-transfer.md, 'Profiling Results',
+1 GB buckets, steady steps 3-12; the timer starts once pause_generation returns and stops when update_weight
+returns). Every source rank converts every HF tensor of the model (Megatron -> HF names, then the target rank's
+`weight_loader` re-shards it into a pinned transfer buffer) while the previous buffer's RDMA writes are in flight.
+A target rank's bytes (its shard: tens of GB) take under a second on its NIC, so these runs time the conversion:
+seconds per HF tensor = (time - the post-process and resume calls in the timer) / tensors. Only the two runs of
+models the project does not ship inform it (Kimi-K2 91 us, GLM-4.5-Air 115 us); the runs of catalogue models
+(Qwen3-30B-A3B, Qwen3-235B-A22B) are validation cases (studies/validation/weight-update), not inputs. Left out:
+GLM-4.7-9B-Flash (trainer and engine on one node share its NICs and cores: 4.2 s, slower than the 30B-A3B on two)
+and GLM-5 (its config is not at hand here)."""
+
+
+def _p2p_tensor_s(runs: tuple[tuple[str, int, float, str], ...] = P2P_RUNS) -> float:
+    timer_fixed_s = POST_PROCESS_FIXED_S + RESUME_S
+    return sum((t - timer_fixed_s) / n for _, n, t, _ in runs) / len(runs)
+
+
+P2P_TENSOR_S = _p2p_tensor_s()
+
+
 @dataclass(frozen=True, slots=True)
 class WeightUpdateParams:
     per_bucket_s: float = PER_BUCKET_S
@@ -142,11 +192,12 @@ class WeightUpdateParams:
     engine_sleep_s: float = ENGINE_SLEEP_S
     disk_write_bytes_per_s: float = DISK_WRITE_BYTES_PER_S
     disk_read_bytes_per_s: float = DISK_READ_BYTES_PER_S
+    p2p_tensor_s: float = P2P_TENSOR_S
 
 
 @dataclass(frozen=True, slots=True)
 class WeightUpdateResult:
-    mode: str  # broadcast | ipc | disk
+    mode: str  # broadcast | p2p | ipc | disk
     placement: str
     total_s: float  # what Miles times as the update (colocated: trainer sleep + update + engine wake)
     parts: dict[str, float]  # seconds by part, in order; sums to total_s
@@ -173,13 +224,6 @@ class WeightUpdateResult:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Helpers
-
-
-# HF tensors a decoder layer hands to the engine's weight loader: the attention projections (q, k, v, o; MLA's
-# q_a/q_b/kv_a/kv_b/o count alike) and two norms; a dense MLP's gate, up and down, or a router plus three per
-# routed and shared expert (HF checkpoint naming: model.layers.N.mlp.experts.E.{gate,up,down}_proj).
-ATTENTION_TENSORS, NORM_TENSORS, MLP_TENSORS = 4, 2, 3
-MODEL_END_TENSORS = 3  # embedding, final norm, LM head
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +280,8 @@ def _span_placement(hw: HardwareProfile, size: int, span_gpus: int) -> GroupPlac
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _link_s(scn: Scenario, wp: WeightUpdateParams, xfer: float, pp_g: GroupPlacement) -> tuple[float, float]:
+def _link_s(scn: Scenario, wp: WeightUpdateParams, xfer: float, pp_g: GroupPlacement,
+            memo: Memo) -> tuple[float, float]:
     """(time on the link, the link's bandwidth) of moving `xfer` bytes to the engines by the plan's mode."""
     rl, hw, lay = scn.run.rl, scn.hardware, scn.layout
     colocated = rl.placement == "colocated"
@@ -246,8 +291,15 @@ def _link_s(scn: Scenario, wp: WeightUpdateParams, xfer: float, pp_g: GroupPlace
     if rl.weight_update.mode == "broadcast":
         span = rl.actor_gpus + rl.rollout_gpus if not colocated else rl.rollout_gpus
         g = _span_placement(hw, rl.rollout_gpus + 1, span)  # a stage leader + every rollout GPU
-        # every rollout GPU receives the whole model; stages stream in parallel
+        # every rollout GPU receives the whole model, one stage after another: Miles serializes the stages'
+        # broadcasts with a Ray lock (docs/rl-phases.md, section 2), NeMo-RL broadcasts from training rank 0
         return broadcast_s(hw, xfer, g), _broadcast_busbw(hw, g)
+    if rl.weight_update.mode == "p2p":
+        # each engine rank receives only its own shard (as it holds it), from one source rank; a source serves
+        # ceil(rollout GPUs / training GPUs) of them (Miles rollout_engine_rank_assignment.py)
+        shard = memoized_rollout_memory(scn, memo).weights_bytes
+        fan_out = -(-rl.rollout_gpus // rl.actor_gpus)
+        return send_recv_s(hw, fan_out * shard, same_domain=False), hw.nic_bytes_per_s
     # disk: the stage leaders write the checkpoint, every engine reads all of it
     engines = rl.rollout_gpus // rl.rollout.engine_gpus
     link = xfer / wp.disk_write_bytes_per_s + engines * xfer / wp.disk_read_bytes_per_s
@@ -283,6 +335,41 @@ def weight_update_params_for(scn: Scenario) -> WeightUpdateParams:
     if not st.memory_saver:
         wp = dataclasses.replace(wp, trainer_sleep_fixed_s=0.0, engine_wake_s=0.0, engine_sleep_s=0.0)
     return wp
+
+
+def _transfer(scn: Scenario, wp: WeightUpdateParams, p: _Params, parts: dict[str, float], xfer: float,
+              n_buckets: int, pp_g: GroupPlacement, memo: Memo) -> float:
+    """The transfer's parts, added to `parts` (which holds the gather and quantize already); returns the software
+    pipeline rate used. CUDA IPC and disk: per-bucket fixed cost + the GB300 software pipeline + the link.
+    Broadcast: the link (the GB300 IPC path's per-bucket and pipeline costs are those of flattening buckets, IPC
+    handles and the engines' tensor loads: not a broadcast's). P2P: every HF tensor converted on the sources, the
+    RDMA writes of one buffer overlapping the loading (gather, quantize, convert) of the next."""
+    mode = scn.run.rl.weight_update.mode
+    link, link_bw = _link_s(scn, wp, xfer, pp_g, memo)
+    pipe_rate = wp.pipeline_bytes_per_s
+    if wp.scale_pipeline_by_link:
+        pipe_rate *= link_bw / GB300_REFERENCE_LINK_BYTES_PER_S
+    network = mode in ("broadcast", "p2p")
+    parts["pipeline_s"] = 0.0 if network else 2.0 * p.total / pipe_rate  # the BF16 tensors as bucketed
+    bucket_fixed = 0.0 if network else n_buckets * wp.per_bucket_s
+    # pipelined buckets (NeMo-RL's refit stream): a bucket's fixed cost hides under the next one's packing
+    parts["bucket_fixed_s"] = (max(0.0, bucket_fixed - parts["pipeline_s"]) if scn.stack.weight_update_pipelined
+                               else bucket_fixed)
+    parts["convert_s"] = p.tensors * wp.p2p_tensor_s if mode == "p2p" else 0.0
+    parts["tensors_s"] = p.tensors * scn.stack.weight_update_tensor_s
+    loading = parts["gather_s"] + parts["quantize_s"] + parts["convert_s"]
+    parts["link_s"] = max(0.0, link - loading) if mode == "p2p" else link  # p2p: what the loading does not hide
+    return pipe_rate
+
+
+def _notes(mode: str, wp: WeightUpdateParams) -> list[str]:
+    if mode == "p2p":
+        return [f"{wp.p2p_tensor_s * 1e6:.0f} us per HF tensor converted, from Miles' H100 P2P runs"]
+    if mode == "broadcast":
+        return ["the whole model over one sender's link, stage after stage"]
+    return [f"per-bucket {wp.per_bucket_s * 1e3:.1f} ms and pipeline {wp.pipeline_bytes_per_s / 1e9:.1f} GB/s "
+            "from the GB300 256 / 64 MiB measurements"
+            + (" (pipeline scaled by the link)" if wp.scale_pipeline_by_link else "")]
 
 
 # The update's costly inputs, each memoized by what it reads (perfmodel/inputs/keys.py): the model's parameters by
@@ -341,27 +428,14 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None,
     else:
         parts["quantize_s"] = 0.0
 
-    # Transfer: per-bucket fixed cost + software pipeline + the link.
-    link, link_bw = _link_s(scn, wp, xfer, pp_g)
-    pipe_rate = wp.pipeline_bytes_per_s
-    if wp.scale_pipeline_by_link:
-        pipe_rate *= link_bw / GB300_REFERENCE_LINK_BYTES_PER_S
-    parts["pipeline_s"] = bf16 / pipe_rate
-    bucket_fixed = n_buckets * wp.per_bucket_s
-    # pipelined buckets (NeMo-RL's refit stream): a bucket's fixed cost hides under the next one's packing
-    parts["bucket_fixed_s"] = (max(0.0, bucket_fixed - parts["pipeline_s"]) if scn.stack.weight_update_pipelined
-                               else bucket_fixed)
-    parts["tensors_s"] = p.tensors * scn.stack.weight_update_tensor_s
-    parts["link_s"] = link
+    pipe_rate = _transfer(scn, wp, p, parts, xfer, n_buckets, pp_g, memo)
 
     rollout_weights = memoized_rollout_memory(scn, memo).weights_bytes
     parts["post_process_s"] = wp.post_process_fixed_s + 2.0 * rollout_weights / hbm_rate(hw)
     parts["resume_s"] = wp.resume_s + (wp.engine_wake_s / 2 if colocated else 0.0)
 
     risks = _risks(rl.weight_update.bucket_mb, every_gpu_gets_all)
-    notes = [f"per-bucket {wp.per_bucket_s * 1e3:.1f} ms and pipeline {wp.pipeline_bytes_per_s / 1e9:.1f} GB/s "
-             "from the GB300 256 / 64 MiB measurements"
-             + (" (pipeline scaled by the link)" if wp.scale_pipeline_by_link else "")]
+    notes = _notes(mode, wp)
     return WeightUpdateResult(
         mode=mode, placement=placement, total_s=sum(parts.values()), parts=parts, after_rollout_s=sum(after.values()),
         after_rollout_parts=after, bucket_bytes=bucket, num_buckets=n_buckets, bf16_bytes=bf16,

@@ -1,21 +1,32 @@
 """Weight update: the GB300 bucket derivation, bucket-size behaviour, colocated IPC vs disaggregated broadcast vs
-disk, FP8 vs BF16 rollout."""
+P2P vs disk, FP8 vs BF16 rollout, the P2P per-tensor derivation."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from perfmodel.cost.comm import send_recv_s
 from perfmodel.cost.serve.weight_update import (
     GB300_BUCKET_RUNS,
     MIB,
+    P2P_RUNS,
+    P2P_TENSOR_S,
     PER_BUCKET_S,
     PIPELINE_BYTES_PER_S,
+    POST_PROCESS_FIXED_S,
+    RESUME_S,
     WeightUpdateParams,
+    _params,
     bucket_fit,
+    hf_tensors,
     weight_update_time,
 )
+from perfmodel.errors import InputError
 from perfmodel.inputs.case import load_case
 from perfmodel.inputs.scenario import build_scenario
+from tests.conftest import REPO
 from tests.sim.gb300_case import GB300
 from tests.sim.gb300_case import gb300_case as _base
 from tests.sim.gb300_case import scenario_of as _scn
@@ -83,8 +94,8 @@ def test_colocated_ipc_vs_disaggregated_broadcast():
     # colocated: every GPU gathers the whole model across nodes and quantizes all of it
     assert ipc.parts["gather_s"] > bc.parts["gather_s"]
     assert ipc.parts["quantize_s"] > bc.parts["quantize_s"]
-    # same buckets and software pipeline in both
-    assert ipc.parts["pipeline_s"] == bc.parts["pipeline_s"]
+    # the IPC path's per-bucket cost and software pipeline (flattened buckets, IPC handles) are not a broadcast's
+    assert ipc.parts["pipeline_s"] > 0 and bc.parts["pipeline_s"] == 0 == bc.parts["bucket_fixed_s"]
 
 
 def test_disk_mode_has_no_buckets():
@@ -106,9 +117,55 @@ def test_bf16_rollout_skips_quantization():
 
 
 def test_pipeline_scaling_by_link_is_opt_in():
-    scn = _scn(_mi355x("broadcast"))
+    d = _mi355x("broadcast")
+    d["rl"]["weight_update"]["mode"] = "disk"
+    scn = _scn(d)
     plain = weight_update_time(scn)
     scaled = weight_update_time(scn, WeightUpdateParams(scale_pipeline_by_link=True))
     assert scaled.parts["pipeline_s"] == pytest.approx(plain.parts["pipeline_s"] * 900e9 / (50e9 * 0.80))
     gb = weight_update_time(_scn(_base()), WeightUpdateParams(scale_pipeline_by_link=True))
     assert gb.parts["pipeline_s"] > weight_update_time(_scn(_base())).parts["pipeline_s"]  # NVLink eff < 900 GB/s
+
+
+WU_CASES = REPO / "studies" / "validation" / "weight-update" / "cases"
+
+
+def test_p2p_tensor_time_is_derived_from_the_two_uncatalogued_runs():
+    timer_fixed = POST_PROCESS_FIXED_S + RESUME_S  # in Miles' timer; the pause is not
+    each = [(t - timer_fixed) / n for _, n, t, _ in P2P_RUNS]
+    assert P2P_TENSOR_S == pytest.approx(sum(each) / 2) and 80e-6 < P2P_TENSOR_S < 120e-6
+    assert [n for _, n, _, _ in P2P_RUNS] == [69_732, 17_742]  # Kimi-K2, GLM-4.5-Air as _params counts tensors
+
+
+def test_hf_tensors_counts_as_the_update_does():
+    scn = build_scenario(load_case(WU_CASES / "miles-h100-qwen3-30b-a3b-wu-p2p.yaml"))
+    assert _params(scn).tensors == hf_tensors(48, 0, 128)  # Qwen3-30B-A3B: 48 MoE layers, 128 experts
+
+
+def test_p2p_converts_every_tensor_and_hides_the_writes_under_it():
+    wp = WeightUpdateParams()
+    case = load_case(WU_CASES / "miles-h100-qwen3-235b-a22b-wu-p2p.yaml")
+    scn = build_scenario(case)
+    r = weight_update_time(scn, wp)
+    assert r.parts["convert_s"] == pytest.approx(_params(scn).tensors * wp.p2p_tensor_s)
+    assert r.parts["pipeline_s"] == r.parts["bucket_fixed_s"] == 0
+    assert r.parts["link_s"] == 0  # a 32-way shard over a 400 Gb/s NIC takes less than the conversion
+    # a slow enough NIC: the writes outlast the loading, and only what they outlast is added
+    slow = dataclasses.replace(scn.hardware, nic_bytes_per_s=0.2e9)
+    r2 = weight_update_time(dataclasses.replace(scn, hardware=slow), wp)
+    from perfmodel.cost.memory.rollout import rollout_memory
+
+    shard = rollout_memory(scn).weights_bytes  # one source per engine rank: 64 sources, 64 targets
+    loading = r2.parts["gather_s"] + r2.parts["quantize_s"] + r2.parts["convert_s"]
+    assert r2.parts["link_s"] == pytest.approx(send_recv_s(slow, shard, same_domain=False) - loading)
+    # the same run by broadcast: the whole model through one sender's NIC, slower on this MoE model
+    bc = weight_update_time(build_scenario(load_case(WU_CASES / "miles-h100-qwen3-235b-a22b-wu-nccl.yaml")), wp)
+    assert bc.parts["convert_s"] == 0 and bc.total_s > 2 * r.total_s
+
+
+def test_p2p_needs_disaggregated_placement():
+    d = _base()
+    d["rl"]["weight_update"]["mode"] = "p2p"
+    with pytest.raises(InputError) as err:
+        _scn(d)
+    assert err.value.field == "rl.weight_update.mode" and "disaggregated" in str(err.value)
