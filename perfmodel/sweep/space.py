@@ -43,6 +43,8 @@ class Candidate:
             place = "coloc" if rl["placement"] == "colocated" else f"disagg{rl['actor_gpus']}+{rl['rollout_gpus']}"
             if rl.get("async"):
                 place += "-async"
+            if rl["weight_update"]["mode"] == "p2p":
+                place += "-p2p"
             parts.append(place)
             parts.append(f"eng{ro['engine_gpus']}-tp{ro['tp']}-ep{ro['ep']}"
                          + ("-dpa" if ro.get("dp_attention") else ""))
@@ -85,20 +87,20 @@ def _rollout_engines(spec: SweepSpec, gpus: int) -> Iterator[dict[str, Any]]:
                "dp_attention": dpa}
 
 
-def _placements(spec: SweepSpec, nodes: int, gpn: int) -> Iterator[tuple[str, int, int, bool]]:
-    """(placement, actor_gpus, rollout_gpus, async)."""
+def _placements(spec: SweepSpec, nodes: int, gpn: int) -> Iterator[tuple[str, int, int, bool, str]]:
+    """(placement, actor_gpus, rollout_gpus, async, weight update mode)."""
     seen: set[tuple[int, int]] = set()
     for placement in spec.space.placement:
         if placement == "colocated":
-            yield "colocated", nodes * gpn, nodes * gpn, False
+            yield "colocated", nodes * gpn, nodes * gpn, False, "ipc"
             continue
         for frac in spec.space.rollout_fraction:
             rn = round(nodes * frac)
             if not 1 <= rn <= nodes - 1 or (nodes - rn, rn) in seen:
                 continue
             seen.add((nodes - rn, rn))
-            for is_async in spec.space.async_:
-                yield "disaggregated", (nodes - rn) * gpn, rn * gpn, is_async
+            for is_async, mode in itertools.product(spec.space.async_, spec.space.weight_update_disaggregated):
+                yield "disaggregated", (nodes - rn) * gpn, rn * gpn, is_async, mode
 
 
 def enumerate_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, num_layers: int) -> Iterator[Candidate]:
@@ -107,8 +109,8 @@ def enumerate_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, 
     for nodes in spec.nodes:
         gpus = nodes * gpus_per_node
         placements = list(_placements(spec, nodes, gpus_per_node)) if job.get("kind") == "rl" else [
-            ("none", gpus, 0, False)]
-        for placement, actor, rollout, is_async in placements:
+            ("none", gpus, 0, False, "")]
+        for placement, actor, rollout, is_async, wu_mode in placements:
             layouts = list(_train_layouts(spec, actor, num_experts, num_layers))
             engines = list(_rollout_engines(spec, rollout)) if placement != "none" else [None]
             for lay, recompute, offload, dispatcher in itertools.product(
@@ -138,7 +140,7 @@ def enumerate_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, 
                         ro.update(eng)
                         rl["rollout"] = ro
                         wu = dict(rl.get("weight_update", {}))
-                        wu["mode"] = "ipc" if placement == "colocated" else "broadcast"
+                        wu["mode"] = wu_mode
                         rl["weight_update"] = wu
                         run["rl"] = rl
                     yield Candidate(idx, nodes, run)

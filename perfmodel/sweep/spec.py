@@ -39,6 +39,9 @@ class SweepSpace(BaseModel):
     placement: tuple[Literal["colocated", "disaggregated"], ...] = ("colocated", "disaggregated")
     async_: tuple[bool, ...] = Field((False, True), alias="async")
     rollout_fraction: tuple[float, ...] = (0.25, 0.5, 0.75)  # share of the nodes that roll out (disaggregated)
+    # how disaggregated plans move the weights (colocated ones: CUDA/HIP IPC): Miles broadcasts by default; add p2p
+    # to price its RDMA P2P transfer (--update-weight-transfer-mode p2p) beside it
+    weight_update_disaggregated: tuple[Literal["broadcast", "p2p"], ...] = ("broadcast",)
     engine_gpus: tuple[int, ...] = (4, 8, 16)
     engine_ep: tuple[Literal["none", "full"], ...] = ("none", "full")  # SGLang ep 1 or = engine size
     dp_attention: tuple[bool, ...] = (False,)

@@ -17,6 +17,7 @@ from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import load_hardware
 from perfmodel.inputs.model import load_model
 from perfmodel.inputs.plan import load_plan
+from perfmodel.inputs.run import RunSpec
 from perfmodel.inputs.scenario import build_scenario
 from perfmodel.predict import simulate_scenario
 from perfmodel.sweep.run import evaluate_candidates
@@ -45,6 +46,21 @@ def test_moe_dispatcher_is_tried_only_with_expert_parallelism():
     assert len(both) == len(ep1) + 2 * len(ep8)
     deep = [c for c in both if c.run["train"]["moe_dispatcher"] == "deepep"]
     assert deep and all(c.run["train"]["layout"]["ep"] == 8 and "deepep" in c.label() for c in deep)
+
+
+def test_disaggregated_plans_try_each_weight_update_mechanism_asked_for():
+    plain = list(enumerate_candidates(small_spec(), 8, 256, 43))
+    both = list(enumerate_candidates(small_spec(weight_update_disaggregated=["broadcast", "p2p"]), 8, 256, 43))
+    modes = {(c.run["rl"]["placement"], c.run["rl"]["weight_update"]["mode"]) for c in both}
+    assert modes == {("colocated", "ipc"), ("disaggregated", "broadcast"), ("disaggregated", "p2p")}
+    disagg = [c for c in plain if c.run["rl"]["placement"] == "disaggregated"]
+    assert disagg and len(both) == len(plain) + len(disagg)
+    assert all(("-p2p" in c.label()) == (c.run["rl"]["weight_update"]["mode"] == "p2p") for c in both)
+    p2p = next(c for c in both if c.run["rl"]["weight_update"]["mode"] == "p2p")
+    bc = next(c for c in both if c.label() == p2p.label().replace("-p2p", ""))
+    wu = [simulate_scenario(build_scenario(RunSpec.model_validate(c.run))).rl.breakdown_s["weight_sync"]
+          for c in (bc, p2p)]
+    assert wu[1] != wu[0]  # priced by its mechanism, never folded together
 
 
 def test_parse_nodes():
