@@ -207,6 +207,10 @@ class Stack(BaseModel):
         0.0, part="rl_step", ge=0,
         doc="time per communicator a colocated trainer creates again after its sleep destroyed its process groups: "
             "inside the phase timers (its first log-prob and training passes), outside the passes' compute")
+    rl_log_probs_timer_has_ref: bool = knob(
+        False, part="rl_step",
+        doc="the framework's log-prob timer holds the reference pass too (NeMo-RL's "
+            "`policy_and_reference_logprobs`): `log_probs_time_s` is then the two passes together")
     ignored_options: tuple[str, ...] = ()  # stack_options the cost model does not price yet
     notes: tuple[str, ...] = ()
     sources: dict[str, str] = Field(default_factory=dict)

@@ -99,7 +99,9 @@ class RLStepResult:
         out = {
             "step_time_s": self.step_time_s,
             "rollout_time_s": self.phases_s["rollout"],
-            "log_probs_time_s": self.phases_s["log_probs"],
+            # as the framework's timer times it: with the reference pass where one timer holds both (NeMo-RL)
+            "log_probs_time_s": self.phases_s["log_probs"] + (
+                self.phases_s.get("ref_log_probs", 0.0) if self.scenario.stack.rl_log_probs_timer_has_ref else 0.0),
             "train_time_s": self.phases_s["train"],
             "weight_update_time_s": self.phases_s["weight_update"],
             "rollout_tokens_per_gpu_s": ro.tokens_generated / ro.rollout_time_s / rl.rollout_gpus,

@@ -34,7 +34,8 @@ WRITTEN_ROLLOUT = ("rollout_compute_scale", "rollout_decode_host_s", "rollout_re
 WRITTEN_WEIGHT_UPDATE = ("memory_saver", "weight_update_fixed_s", "weight_update_tensor_s",
                          "weight_update_gather_bytes", "weight_update_pipelined")
 WRITTEN_RL_STEP = ("rl_step_host_s", "rl_sample_host_s", "rl_token_bytes", "rl_host_bytes_per_s",
-                   "rl_advantage_token_s", "rl_weight_restore", "rl_weight_backup", "rl_comm_init_s")
+                   "rl_advantage_token_s", "rl_weight_restore", "rl_weight_backup", "rl_comm_init_s",
+                   "rl_log_probs_timer_has_ref")
 WRITTEN_KNOBS = ("attention_kernel", "host_device_overlap", "cuda_graphs", "pack_sequences", "memory_saver",
                  "rollout_max_engines", "weight_update_gather_bytes", "weight_update_pipelined",
                  "fsdp_reshard_after_forward", "fp8_recipe", "elementwise_fusion", *WRITTEN_NUMERIC, *WRITTEN_RL_STEP)

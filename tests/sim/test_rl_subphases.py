@@ -187,3 +187,13 @@ def test_each_framework_states_its_path():
         assert st.rl_step_host_s > 0 and st.rl_token_bytes > 0
         for knob in ("rl_step_host_s", "rl_sample_host_s", "rl_token_bytes"):
             assert "docs/rl-phases.md" in st.sources[knob], (st.id, knob)
+
+
+def test_the_log_prob_timer_holds_the_reference_pass_where_the_framework_times_them_together():
+    """NeMo-RL's policy_and_reference_logprobs times both passes; Miles times them apart (stacks/*.yaml)."""
+    for stack, together in (("nemo-rl", True), ("miles", False)):
+        res = simulate_scenario(_scn(stack, log_probs={"ref_model": True}))
+        ph, m = res.rl.phases_s, res.metrics()
+        assert ph["ref_log_probs"] > 0 and m["ref_log_probs_time_s"] == ph["ref_log_probs"]
+        expected = ph["log_probs"] + (ph["ref_log_probs"] if together else 0.0)
+        assert m["log_probs_time_s"] == pytest.approx(expected, rel=1e-12), stack
