@@ -144,10 +144,15 @@ ATTENTION_TENSORS, NORM_TENSORS, MLP_TENSORS = 4, 2, 3
 MODEL_END_TENSORS = 3  # embedding, final norm, LM head
 
 
+def layer_tensors(experts: int) -> int:
+    """HF tensors of one decoder layer: a dense MLP's when `experts` is 0, else a router and each expert's
+    (`experts`: routed + shared)."""
+    return ATTENTION_TENSORS + NORM_TENSORS + (MLP_TENSORS * experts + 1 if experts else MLP_TENSORS)
+
+
 def hf_tensors(layers: int, dense_layers: int, experts: int) -> int:
     """HF tensors of a decoder-only model counted as `_params` counts them (`experts`: routed + shared)."""
-    moe = (layers - dense_layers) * (ATTENTION_TENSORS + NORM_TENSORS + 1 + MLP_TENSORS * experts)
-    return MODEL_END_TENSORS + dense_layers * (ATTENTION_TENSORS + NORM_TENSORS + MLP_TENSORS) + moe
+    return MODEL_END_TENSORS + dense_layers * layer_tensors(0) + (layers - dense_layers) * layer_tensors(experts)
 
 
 P2P_RUNS: tuple[tuple[str, int, float, str], ...] = (
@@ -251,8 +256,7 @@ def _params(scn: Scenario) -> _Params:
             q += e + (f.num_shared_experts * f.mlp_params(f.shared_intermediate_size) if f.kind == "moe"
                       else f.params_total())
             quant += q
-            tensors += ATTENTION_TENSORS + NORM_TENSORS + (
-                MLP_TENSORS * (f.num_experts + f.num_shared_experts) + 1 if f.kind == "moe" else MLP_TENSORS)
+            tensors += layer_tensors(f.num_experts + f.num_shared_experts if f.kind == "moe" else 0)
             expert[v % pp] += e
             dense[v % pp] += layer.params_total() - e
         i += n
