@@ -32,6 +32,7 @@ from typing import Any
 from executor.records import launched_plan
 from executor.store import find_run
 from perfmodel.errors import InputError
+from perfmodel.signals import exit_code
 
 STORE_HELP = "SQLite store (default: $EXECUTOR_STORE, or $XDG_DATA_HOME/perfmodel/executor.sqlite)"
 
@@ -170,6 +171,16 @@ def _runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say_damaged(store: Any, run: dict[str, Any]) -> None:
+    """One line for what the store holds damaged (set aside while reading: the rest is shown)."""
+    if run.get("damaged"):
+        print(f"warning: {store.path}: run {run['run_id']}: {', '.join(run['damaged'])} damaged, read as empty",
+              file=sys.stderr)
+    if store.damaged:
+        print(f"warning: {store.path}: {len(store.damaged)} damaged step record(s) skipped ({store.damaged[0]}"
+              + (", ..." if len(store.damaged) > 1 else "") + ")", file=sys.stderr)
+
+
 def _fmt(x: float | None, unit: str = "s") -> str:
     if x is None:
         return "-"
@@ -178,10 +189,14 @@ def _fmt(x: float | None, unit: str = "s") -> str:
 
 def _export(args: argparse.Namespace) -> int:
     from executor.export import run_as_case, write_case
+    from perfmodel.files import writable_file
 
+    writable_file(args.out, "--out")
     store = _open_store(args.store)
     run = find_run(store, args.run)
-    data = run_as_case(run, store.steps(run["run_id"]), str(args.store), args.skip_steps)
+    steps = store.steps(run["run_id"])
+    _say_damaged(store, run)
+    data = run_as_case(run, steps, str(args.store), args.skip_steps)
     write_case(data, args.out)
     print(f"wrote {args.out}: case {data['id']} with {', '.join(data['measured'])}")
     return 0
@@ -204,11 +219,15 @@ def _host_prediction(run: dict, plan: Any, steps: list[dict], store_path: Path) 
 
 def _show(args: argparse.Namespace) -> int:
     from executor.records import PHASES
+    from perfmodel.files import writable_file
     from perfmodel.names import PHASE_METRICS
 
+    if args.figure:
+        writable_file(args.figure, "--figure")
     store = _open_store(args.store)
     run = find_run(store, args.run)
     steps = store.steps(run["run_id"])
+    _say_damaged(store, run)
     info = run["info"]
     print(f"run {run['run_id']}  plan {run['plan_id']} (sha256 {run['plan_hash']})  status {run['status']}")
     print(f"hardware {run['hardware']}  layout {run['layout']}  host {run['environment'].get('host')}  "
@@ -295,9 +314,9 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {err.one_line()}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the store keeps every step committed before it
         print("interrupted", file=sys.stderr)
-        return 130
+        return exit_code(err)
 
 
 if __name__ == "__main__":

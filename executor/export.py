@@ -13,6 +13,7 @@ import yaml
 from executor.backends.local.host_probe import case_facts
 from executor.records import plan_hash
 from perfmodel.errors import InputError
+from perfmodel.files import write_text_atomic
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.loading import parse
 from perfmodel.inputs.plan import load_plan
@@ -80,4 +81,4 @@ def _measured_reward(rl: dict[str, Any], kept: list[dict[str, Any]]) -> None:
 
 
 def write_case(data: dict[str, Any], out: str | Path) -> None:
-    Path(out).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    write_text_atomic(out, yaml.safe_dump(data, sort_keys=False))

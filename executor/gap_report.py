@@ -60,5 +60,8 @@ def write_figure(rows: list[dict[str, Any]], path: Path) -> None:
                                  name=f"{r['run_id']} ({r['precision']} rollout)"))
     fig.update_layout(title="train/rollout log-prob gap per step (mean |train - rollout| log-prob)",
                       xaxis_title="step", yaxis_title="gap", yaxis_type="log", height=500, width=900)
+    from perfmodel.files import atomic_path
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.write_html(path, include_plotlyjs=True)
+    with atomic_path(path) as tmp:
+        fig.write_html(tmp, include_plotlyjs=True)

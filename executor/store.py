@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from executor.records import RunRecord, StepRecord, to_json_text
+from perfmodel.errors import InputError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -61,16 +62,47 @@ CREATE TABLE IF NOT EXISTS superseded_steps (
 """
 
 
+# A stored step record holds at least these, of these types (what `executor show` and export read)
+STEP_KEYS: dict[str, type | tuple[type, ...]] = {
+    "step": int, "phases_s": dict, "reward_mean": (int, float), "train_rollout_logprob_abs_diff": (int, float),
+    "train_rollout_kl": (int, float), "train_stats": dict, "peak_rss_bytes": dict, "tokens": dict}
+
+
+def damaged_store(path: Path, err: Exception) -> InputError:
+    return InputError(str(path), "--store", f"not a readable executor store ({err}): move it aside (the next "
+                      "launch starts a new one) or pass another --store")
+
+
+def step_problem(record: Any) -> str | None:
+    """Why a stored step record cannot be read as one (None: it can)."""
+    if not isinstance(record, dict):
+        return "not a record"
+    for key, kind in STEP_KEYS.items():
+        if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool):
+            return f"{key} missing or not {getattr(kind, '__name__', 'a number')}"
+    return None
+
+
 class Store:
+    """The store, verified as read: a file SQLite cannot open is refused in one line naming it; a step record
+    that does not parse or lacks what readers need is set aside (counted in `damaged`, skipped), the rest used."""
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
-        self.conn.row_factory = sqlite3.Row
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
-        self.conn.execute("PRAGMA busy_timeout=30000")
-        self.conn.executescript(SCHEMA)
+        self.damaged: list[str] = []  # "run step: why" for every record set aside while reading
+        if self.path.is_dir():
+            raise InputError(str(self.path), "--store", "is a folder: give the store's file (store.sqlite)")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
+            self.conn.row_factory = sqlite3.Row
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=FULL")
+            self.conn.execute("PRAGMA busy_timeout=30000")
+            self.conn.executescript(SCHEMA)
+            self.conn.execute("SELECT run_id FROM runs LIMIT 1").fetchall()
+        except (sqlite3.DatabaseError, OSError) as err:
+            raise damaged_store(self.path, err) from None
 
     def close(self) -> None:
         self.conn.close()
@@ -111,9 +143,10 @@ class Store:
         return int(moved)
 
     def superseded_steps(self, run_id: str) -> list[dict[str, Any]]:
-        rows = self.conn.execute("SELECT attempt, record FROM superseded_steps WHERE run_id=? ORDER BY attempt, step",
-                                 (run_id,)).fetchall()
-        return [dict(json.loads(r["record"]), attempt=r["attempt"]) for r in rows]
+        rows = self._read("SELECT attempt, record FROM superseded_steps WHERE run_id=? ORDER BY attempt, step",
+                          (run_id,))
+        records = [(self._record(r["record"], f"{run_id} superseded"), r["attempt"]) for r in rows]
+        return [dict(rec, attempt=attempt) for rec, attempt in records if rec is not None]
 
     def write_step(self, run_id: str, record: StepRecord) -> None:
         """One transaction: the step is either fully stored or not at all."""
@@ -131,28 +164,43 @@ class Store:
 
     # -------------------------------------------------------------- reading
 
+    def _read(self, query: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        try:
+            return self.conn.execute(query, args).fetchall()
+        except sqlite3.DatabaseError as err:
+            raise damaged_store(self.path, err) from None
+
+    def _record(self, text: Any, where: str) -> dict[str, Any] | None:
+        try:
+            record = json.loads(text)
+        except (TypeError, ValueError, RecursionError):
+            record = None
+        why = step_problem(record)
+        if why is not None:
+            self.damaged.append(f"{where}: {why}")
+            return None
+        return record
+
     def runs(self) -> list[dict[str, Any]]:
-        rows = self.conn.execute(
-            "SELECT r.*, (SELECT COUNT(*) FROM steps s WHERE s.run_id=r.run_id) AS steps "
-            "FROM runs r ORDER BY started_at").fetchall()
+        rows = self._read("SELECT r.*, (SELECT COUNT(*) FROM steps s WHERE s.run_id=r.run_id) AS steps "
+                          "FROM runs r ORDER BY started_at")
         return [_row(r) for r in rows]
 
     def run(self, run_id: str) -> dict[str, Any] | None:
-        row = self.conn.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
-        return _row(row) if row else None
+        rows = self._read("SELECT * FROM runs WHERE run_id=?", (run_id,))
+        return _row(rows[0]) if rows else None
 
     def steps(self, run_id: str) -> list[dict[str, Any]]:
-        rows = self.conn.execute("SELECT record FROM steps WHERE run_id=? ORDER BY step", (run_id,)).fetchall()
-        return [json.loads(r["record"]) for r in rows]
+        rows = self._read("SELECT step, record FROM steps WHERE run_id=? ORDER BY step", (run_id,))
+        records = (self._record(r["record"], f"{run_id} step {r['step']}") for r in rows)
+        return [r for r in records if r is not None]
 
     def step_count(self, run_id: str) -> int:
-        return int(self.conn.execute("SELECT COUNT(*) FROM steps WHERE run_id=?", (run_id,)).fetchone()[0])
+        return int(self._read("SELECT COUNT(*) FROM steps WHERE run_id=?", (run_id,))[0][0])
 
 
 def find_run(store: Store, prefix: str) -> dict[str, Any]:
     """The one run whose id starts with `prefix`; InputError naming the store otherwise."""
-    from perfmodel.errors import InputError
-
     matches = [r for r in store.runs() if r["run_id"].startswith(prefix)]
     if len(matches) != 1:
         raise InputError(str(store.path), "run", f"'{prefix}' matches {len(matches)} runs; `executor runs` lists them")
@@ -174,8 +222,17 @@ class _Transaction:
 
 
 def _row(row: sqlite3.Row) -> dict[str, Any]:
+    """A run row with its JSON columns parsed; a column that does not parse as an object reads as {} (and the
+    row's `damaged` lists it), never stops the reader."""
     out = dict(row)
     for key in ("environment", "predicted", "info"):
         if key in out and isinstance(out[key], str):
-            out[key] = json.loads(out[key])
+            try:
+                value = json.loads(out[key])
+            except (ValueError, RecursionError):
+                value = None
+            if not isinstance(value, dict):
+                out.setdefault("damaged", []).append(key)
+                value = {}
+            out[key] = value
     return out

@@ -125,7 +125,6 @@ def _running(pids: set[int]) -> set[int]:
 def die_with_parent() -> None:
     """For a child's preexec_fn: the kernel sends it SIGTERM when the executor dies, even by SIGKILL, so a killed
     executor leaves no run behind (torchrun ends its ranks on SIGTERM, SGLang's processes follow their parent)."""
-    import ctypes
+    from perfmodel.signals import die_with_parent as on_parent_death
 
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    on_parent_death(signal.SIGTERM)

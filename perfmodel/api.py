@@ -120,66 +120,48 @@ def _sweep_inputs(spec: SweepSpec | str | PathLike | None, spec_path: str, calib
 def sweep(spec: SweepSpec | str | PathLike | None = None, *, spec_path: str = "", out: str | PathLike | None = None,
           top: int = 5,
           workers: int | None = None, ray_address: str | None = None, cache: bool = True,
-          calibration: CalibrationLike = None, band: bool = False, report: bool = True,
+          calibration: CalibrationLike = None, band: bool = False, report: bool = True, sample: int | None = None,
           progress: Callable[[int, int], None] | None = None, on_start: Callable[[int, Path], None] | None = None,
           ) -> Ranking:
     """Enumerate, prune and simulate every candidate plan of the sweep (a file, a SweepSpec, or None for the
     embedded default; `spec_path` names a given SweepSpec's file in messages), rank them, and write OUT (default
-    sweeps/<time stamp>): candidates.csv, summary.json, plans/rank*.yaml, best_trace.json and report.html.
-    `progress(done, total)` is called as candidates finish; `on_start(candidates, out)` once they are enumerated."""
-    from perfmodel.inputs.run import RunSpec
+    sweeps/<time stamp>): candidates.csv, summary.json, plans/rank*.yaml, best_trace.json and report.html, each
+    file atomically, the folder locked while written. `sample`: evaluate that many candidates drawn at random (a
+    space too wide to sweep whole). `progress(done, total)` is called as candidates finish; `on_start(candidates,
+    out)` once they are enumerated. Interrupted (Ctrl-C, SIGTERM), it writes what was evaluated, marked so."""
+    from perfmodel.files import FolderLock, writable_folder
     from perfmodel.sweep.cache import ResultCache, default_cache_path
-    from perfmodel.sweep.ranking import add_bands, group_equal_plans, write_plans
-    from perfmodel.sweep.run import evaluate_candidates, write_csv, write_summary
-    from perfmodel.sweep.space import enumerate_candidates
+    from perfmodel.sweep.folder import write_sweep_folder
+    from perfmodel.sweep.run import evaluate_candidates
+    from perfmodel.sweep.space import check_job, select_candidates
 
     spec, spec_path, hw, cal, model = _sweep_inputs(spec, spec_path, calibration)
     moe = [layer.ffn for layer in model.layers if layer.ffn.kind == "moe"]
-    candidates = list(enumerate_candidates(spec, hw.gpus_per_node, moe[0].num_experts if moe else 0,
-                                           model.num_layers))
-    if not candidates:
-        raise InputError(spec_path, "space", "no candidate plans: widen the space or the node counts")
-    out_dir = Path(out or Path("sweeps") / time.strftime("%Y%m%d-%H%M%S"))
-    if (out_dir / "candidates.csv").exists():  # never overwrite an earlier sweep's results
-        raise InputError(str(out_dir), "--out", "holds an earlier sweep's results; choose another folder")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if on_start:
-        on_start(len(candidates), out_dir)
-    result_cache = ResultCache(default_cache_path()) if cache else None
-    model_key = json.dumps(spec.model.model_dump(), sort_keys=True)
-    try:
-        outcome = evaluate_candidates(spec, candidates, hw, model, model_key, workers=workers,
-                                      ray_address=ray_address, cache=result_cache, progress=progress)
-    finally:
-        if result_cache:
-            result_cache.close()
-    top_rows = group_equal_plans(outcome.top, max(1, top))
-    by_index = {c.index: c for c in candidates}
-    if band:
-        add_bands(top_rows, by_index, hw, cal)
-    plans_dir = out_dir / "plans"
-    top_summary = write_plans(top_rows, by_index, plans_dir, cal, Path(spec_path).name)
-    for row, entry in zip(top_rows, top_summary):
-        row["plan_path"] = entry["plan_path"]
-    extra: dict[str, Any] = {}
-    files = [Path(e["plan_path"]) for e in top_summary]
-    if top_rows:
-        from perfmodel.predict import simulate_run
-        from perfmodel.trace import write_trace
+    out_dir = writable_folder(out or Path("sweeps") / time.strftime("%Y%m%d-%H%M%S"), "--out")
+    with FolderLock(out_dir):
+        if (out_dir / "candidates.csv").exists():  # never overwrite an earlier sweep's results
+            raise InputError(str(out_dir), "--out", "holds an earlier sweep's results; choose another folder")
+        candidates = select_candidates(spec, spec_path, hw.gpus_per_node, moe[0].num_experts if moe else 0,
+                                       model.num_layers, sample)
+        check_job(candidates[0].run, spec_path)
+        if on_start:
+            on_start(len(candidates), out_dir)
+        result_cache = ResultCache(default_cache_path()) if cache else None
+        model_key = json.dumps(spec.model.model_dump(), sort_keys=True)
+        try:
+            outcome = evaluate_candidates(spec, candidates, hw, model, model_key, workers=workers,
+                                          ray_address=ray_address, cache=result_cache, progress=progress)
+        finally:
+            if result_cache:
+                result_cache.close()
+        top_rows, files = write_sweep_folder(out_dir, spec, spec_path, candidates, outcome, hw, cal, top=top,
+                                             band=band)
+        html = None
+        if report and top_rows and not outcome.interrupted:
+            from perfmodel.report.capacity import build_report
 
-        best_run = RunSpec.model_validate(by_index[top_rows[0]["index"]].run)
-        write_trace(simulate_run(best_run, hardware=hw, record_trace=True).spans(), out_dir / "best_trace.json")
-        extra["best_trace"] = "best_trace.json"
-        files.append(out_dir / "best_trace.json")
-    write_csv(outcome.rows, out_dir / "candidates.csv")
-    write_summary(spec, outcome, top_summary, out_dir / "summary.json", extra)
-    files += [out_dir / "candidates.csv", out_dir / "summary.json"]
-    html = None
-    if report and top_rows:
-        from perfmodel.report.capacity import build_report
-
-        html = Path(build_report(out_dir, out_html=out_dir / "report.html"))
-        files.append(html)
+            html = Path(build_report(out_dir, out_html=out_dir / "report.html"))
+            files.append(html)
     return Ranking(spec, out_dir, len(candidates), outcome, top_rows, html, files)
 
 

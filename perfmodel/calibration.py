@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.errors import InputError
+from perfmodel.files import write_text_atomic
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.hardware import HardwareProfile, load_hardware
 from perfmodel.inputs.loading import parse, read_mapping
@@ -153,7 +154,7 @@ class Calibration:
 def write_calibration(path: str | Path, cal: Calibration) -> None:
     import yaml
 
-    Path(path).write_text(yaml.safe_dump(cal.to_yaml_dict(), sort_keys=False), encoding="utf-8")
+    write_text_atomic(path, yaml.safe_dump(cal.to_yaml_dict(), sort_keys=False))
 
 
 def load_calibration(path: str | Path) -> Calibration:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from perfmodel.commands import COMMANDS
 from perfmodel.errors import InputError
 from perfmodel.invariants import PhysicsError
+from perfmodel.signals import exit_code, handle_sigterm
 from perfmodel.version import __version__
 
 EXIT_BAD_INPUT = 2
@@ -42,6 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    handle_sigterm()
     try:
         return int(args.func(args) or 0)
     except InputError as err:
@@ -56,9 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               "and the other *_scale knobs) beyond what the hardware allows does this, else it is a bug in the model "
               "(--debug shows where)", file=sys.stderr)
         return EXIT_IMPOSSIBLE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (Terminated): what was kept is said where it was kept
         print("interrupted", file=sys.stderr)
-        return 130
+        return exit_code(err)
     except BrokenPipeError:  # `perfmodel validate | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
         return 0

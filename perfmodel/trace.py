@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perfmodel.files import write_text_atomic
+
 
 @dataclass(slots=True)
 class Span:
@@ -41,4 +43,4 @@ def chrome_trace(spans: Iterable[Span], offset_s: float = 0.0) -> dict:
 
 
 def write_trace(spans: Iterable[Span], path: str | Path) -> None:
-    Path(path).write_text(json.dumps(chrome_trace(spans)), encoding="utf-8")
+    write_text_atomic(path, json.dumps(chrome_trace(spans)))

@@ -44,8 +44,11 @@ def _names(text: str | None) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from perfmodel.api import calibrate, calibrate_kernels
     from perfmodel.errors import InputError
+    from perfmodel.files import writable_file
 
     command = "perfmodel calibrate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    if args.out:
+        writable_file(args.out, "--out")
     if args.kernels:
         if not args.hardware:
             raise InputError("perfmodel calibrate", "--hardware", "--kernels fits one hardware profile: add "

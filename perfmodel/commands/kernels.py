@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.markup import escape
+
 from perfmodel.errors import InputError
 from perfmodel.report.console import FORMATS, console, new_table, write_rows
 
@@ -119,7 +121,7 @@ def _print_check(result: CheckResult, by_gpu: bool, worst: int, n_rows: int, ela
 
     out = console()
     for line in result.problems:
-        out.print(f"[yellow]skipped:[/yellow] {line}", markup=True, highlight=False, soft_wrap=True)
+        out.print(f"[yellow]skipped:[/yellow] {escape(line)}", markup=True, highlight=False, soft_wrap=True)
     for why, count in sorted(result.skipped.items()):
         out.print(f"skipped {count:,} row(s): {why}", markup=False, highlight=False)
     stats = result.stats()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 # capacity.py imports only the standard library at load time (plotly only when a report is built), so importing
 # it here keeps `perfmodel --help` fast and its defaults in one place.
@@ -28,9 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from perfmodel.report.sweep_data import read_summary
+
     path = build_report(args.sweep_dir, out_html=args.out, png_dir=args.png, measurements=args.measured,
                         top=args.top)
     print(f"report written to {path}")
+    summary = Path(args.sweep_dir) / "summary.json"
+    if summary.is_file() and read_summary(summary).get("interrupted"):
+        print("note: the sweep was interrupted; the report covers the candidates it evaluated")
     if args.png:
         print(f"figures written to {args.png}")
     return 0

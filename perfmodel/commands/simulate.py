@@ -134,9 +134,14 @@ def _write_plan(args: argparse.Namespace, run_spec: RunSpec, result: Any, cal: A
 def run(args: argparse.Namespace) -> int:
     from perfmodel.api import simulate
     from perfmodel.calibration import load_calibration, prediction_band
+    from perfmodel.files import writable_file
     from perfmodel.inputs.scenario import build_scenario
     from perfmodel.report.text import print_result
 
+    if args.trace:
+        writable_file(args.trace, "--trace")  # before the work, not after it
+    if args.write_plan:
+        writable_file(args.write_plan, "--write-plan")
     run_spec, source = load_run_for_simulation(args)
     cal = load_calibration(args.calibration) if args.calibration else None
     result = simulate(run_spec, calibration=cal, trace=bool(args.trace), source=source)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import time
 from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import InputError
+
+MAX_WORKERS = 256  # local processes: more than any host here has cores
+MAX_TOP = 1000  # plans written and printed
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--band", action="store_true", help="P10-P90 bands on the top plans' figures (the overlay's "
                    "uncertainty; without one, the prior on the stack's multipliers)")
     p.add_argument("--no-report", action="store_true", help="skip the HTML capacity report (OUT/report.html)")
+    p.add_argument("--sample", type=int, metavar="N", help="evaluate N candidates drawn at random (seed 0) from the "
+                   "space: for a space wider than one sweep takes (docs/reliability.md)")
     p.set_defaults(func=run)
 
 
@@ -56,6 +62,10 @@ def _sweep_spec(args: argparse.Namespace) -> tuple[str, Any]:
         if not 2 <= args.length_samples <= 100:
             raise InputError("--length-samples", "", f"{args.length_samples}: give 2 to 100 draws")
         updates["length_samples"] = args.length_samples
+    if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
+        raise InputError("--workers", "", f"{args.workers}: give 1 to {MAX_WORKERS} processes")
+    if args.top is not None and not 1 <= args.top <= MAX_TOP:
+        raise InputError("--top", "", f"{args.top}: give 1 to {MAX_TOP} plans")
     if updates:
         spec = spec.model_copy(update=updates)
         if spec.objective == "cost" and spec.target_step_time_s is None:
@@ -128,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         ranking = sweep(spec, spec_path=spec_path, out=args.out, top=args.top, workers=args.workers,
                         ray_address=args.ray, cache=not args.no_cache, calibration=args.calibration,
-                        band=args.band, report=not args.no_report, progress=progress, on_start=on_start)
+                        band=args.band, report=not args.no_report, sample=args.sample, progress=progress,
+                        on_start=on_start)
     finally:
         bar.stop()
     outcome, top_rows, out = ranking.outcome, ranking.top, ranking.out
@@ -137,23 +148,44 @@ def run(args: argparse.Namespace) -> int:
     if equal:
         console.print("plans in one row predict the same: the model does not price "
                       + ", ".join(k.replace("_", " ") for k in equal) + " there", soft_wrap=True)
-    fresh = ranking.candidates - outcome.cached
+    fresh = ranking.candidates - outcome.cached - outcome.not_evaluated
     speed = (f" ({fresh / outcome.elapsed_s:,.0f}/s)" if fresh and outcome.elapsed_s > 0 else "")
     invalid = (f", {outcome.invalid:,} refused as impossible results (a model bug: see status 'invalid' in the "
                "CSV)" if outcome.invalid else "")
     cached = "all from cache" if fresh == 0 else f"{outcome.cached:,} from cache"
     console.print(f"{ranking.candidates:,} candidates: {outcome.evaluated:,} simulated, {outcome.pruned:,} pruned"
-                  f"{invalid} ({cached}) in {outcome.elapsed_s:.1f} s{speed}"
-                  + (" [interrupted: partial results kept]" if outcome.interrupted else ""), soft_wrap=True)
+                  f"{invalid} ({cached}) in {outcome.elapsed_s:.1f} s{speed}", soft_wrap=True)
+    if outcome.rejected_cache_rows:
+        console.print(f"{outcome.rejected_cache_rows:,} cached results failed the checks a fresh one passes and were "
+                      "recomputed", soft_wrap=True)
+    if outcome.interrupted:
+        console.print(f"interrupted: {outcome.not_evaluated:,} candidates not evaluated; what was evaluated is kept "
+                      "(in the folder and the cache); the summary and `perfmodel report` say so", soft_wrap=True)
     console.print(f"wrote {out / 'candidates.csv'}, {out / 'summary.json'}, {len(top_rows)} plans in "
                   f"{out / 'plans'}", soft_wrap=True)
     if ranking.report:
         console.print(f"capacity report: {ranking.report}")
-    if top_rows:
+    if top_rows and not outcome.interrupted:
         best = top_rows[0]["plan_path"]
-        console.print("next:" + (f"\n  open {ranking.report}  (where each plan's time goes)" if ranking.report else "")
-                      + f"\n  perfmodel simulate {best} --trace best.json  (the best plan's timeline, for "
-                      "https://ui.perfetto.dev)"
-                      + f"\n  executor launch --plan {best} --dry-run  (what would run; without --dry-run, it runs)",
-                      soft_wrap=True)
-    return 130 if outcome.interrupted else 0
+        report = [f"\n  {shlex.join(['open', str(ranking.report)])}  (where each plan's time goes)"] if ranking.report \
+            else []
+        console.print("next:" + "".join(report)
+                      + f"\n  {shlex.join(['perfmodel', 'simulate', best, '--trace', 'best.json'])}  (the best plan's "
+                      "timeline, for https://ui.perfetto.dev)"
+                      + f"\n  {shlex.join(['executor', 'launch', '--plan', best, '--dry-run'])}  (what would run; "
+                      "without --dry-run, it runs)", soft_wrap=True)
+    if not top_rows and not outcome.interrupted:
+        raise InputError(spec_path, "job", "no candidate plan is feasible: " + _prune_reasons(outcome.rows)
+                         + f"; every candidate's reason is in {out / 'candidates.csv'}")
+    return outcome.exit_code if outcome.interrupted else 0
+
+
+def _prune_reasons(rows: list[dict[str, Any]]) -> str:
+    """The commonest reasons candidates were not ranked, for the one line of an empty sweep."""
+    from collections import Counter
+
+    common = Counter(str(r.get("reason", "")).split(":")[0] + ": " + str(r.get("reason", "")).split(":", 1)[-1][:60]
+                     for r in rows if r.get("status") != "ok").most_common(2)
+    if not common:  # every candidate simulated: the objective's limit excluded them
+        return "every simulated plan misses the objective's limit (target_step_time_s)"
+    return "; ".join(f"{n:,} x {why.strip()}" for why, n in common)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from rich.markup import escape
+
 from perfmodel.errors import InputError
 from perfmodel.report.console import FORMATS, console, new_table, write_rows
 
@@ -74,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
                       _fmt_num(row["predicted"]), _fmt_pct(row["rel_error"]), *band, end_section=last)
     out.print(table)
     for f in report.failed:
-        out.print(f"[yellow]not predicted[/]: {f['id']}: {f['reason']}", soft_wrap=True)
+        out.print(f"[yellow]not predicted[/]: {escape(str(f['id']))}: {escape(str(f['reason']))}", soft_wrap=True,
+                  markup=True)
     for cid, st in report.stacks.items():
         for note in st["notes"]:
             out.print(f"note: {cid}: {note}", soft_wrap=True)
@@ -161,5 +164,5 @@ def _run_cv(paths: list[str], fmt: str) -> int:
     curve = ", ".join(f"{k} runs {v[0]:.1%} (n={v[1]})" for k, v in cv["learning_curve"].items() if v[0] is not None)
     out.print(f"learning curve (mean |error| after k calibration runs of the same group): {curve}", soft_wrap=True)
     for cid, why in failed:
-        out.print(f"[yellow]not predicted[/]: {cid}: {why}", soft_wrap=True)
+        out.print(f"[yellow]not predicted[/]: {escape(str(cid))}: {escape(str(why))}", soft_wrap=True, markup=True)
     return 0

@@ -11,6 +11,14 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from perfmodel.inputs.bounds import (
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_MICRO_BATCH,
+    MAX_PARALLEL_DEGREE,
+    MAX_RESPONSES_PER_STEP,
+    MAX_SEQ_LEN,
+)
 from perfmodel.schedules import SCHEDULES, default_schedule
 
 
@@ -27,19 +35,19 @@ MoEDispatcher = Literal["alltoall", "deepep"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ParallelLayout(_Strict):
     """Training parallel degrees. dp may be omitted: it is derived from the GPU count."""
 
-    tp: int = Field(1, ge=1, description="tensor parallel")
-    pp: int = Field(1, ge=1, description="pipeline parallel")
-    cp: int = Field(1, ge=1, description="context parallel")
-    ep: int = Field(1, ge=1, description="expert parallel")
-    etp: int = Field(1, ge=1, description="expert tensor parallel")
-    vpp: int = Field(1, ge=1, description="virtual pipeline stages per rank (interleaved 1F1B)")
-    dp: int | None = Field(None, ge=1, description="data parallel (derived when omitted)")
+    tp: int = Field(1, ge=1, le=MAX_PARALLEL_DEGREE, description="tensor parallel")
+    pp: int = Field(1, ge=1, le=MAX_PARALLEL_DEGREE, description="pipeline parallel")
+    cp: int = Field(1, ge=1, le=MAX_PARALLEL_DEGREE, description="context parallel")
+    ep: int = Field(1, ge=1, le=MAX_PARALLEL_DEGREE, description="expert parallel")
+    etp: int = Field(1, ge=1, le=MAX_PARALLEL_DEGREE, description="expert tensor parallel")
+    vpp: int = Field(1, ge=1, le=MAX_PARALLEL_DEGREE, description="virtual pipeline stages per rank (interleaved 1F1B)")
+    dp: int | None = Field(None, ge=1, le=MAX_GPUS, description="data parallel (derived when omitted)")
 
     def model_parallel_size(self) -> int:
         return self.tp * self.pp * self.cp
@@ -60,9 +68,9 @@ class ParallelLayout(_Strict):
 
 class TrainSpec(_Strict):
     precision: Precision = "bf16"
-    seq_len: int = Field(..., ge=1, description="tokens per sequence (rl: the padded cap)")
-    global_batch: int = Field(..., ge=1, description="sequences per optimizer step")
-    micro_batch: int = Field(1, ge=1)
+    seq_len: int = Field(..., ge=1, le=MAX_SEQ_LEN, description="tokens per sequence (rl: the padded cap)")
+    global_batch: int = Field(..., ge=1, le=MAX_GLOBAL_BATCH, description="sequences per optimizer step")
+    micro_batch: int = Field(1, ge=1, le=MAX_MICRO_BATCH)
     layout: ParallelLayout = ParallelLayout()
     schedule: ScheduleName | None = Field(None, description="default: the registered default for the layout's vpp "
                                           "(1F1B, interleaved when vpp > 1)")
@@ -75,7 +83,8 @@ class TrainSpec(_Strict):
     distributed_optimizer: bool = True
     fsdp: bool = False
     optimizer_offload_fraction: float = Field(0.0, ge=0.0, le=1.0)
-    max_tokens_per_gpu: int | None = Field(None, ge=1, description="dynamic micro-batching by token budget")
+    max_tokens_per_gpu: int | None = Field(None, ge=1, le=MAX_SEQ_LEN * MAX_MICRO_BATCH,
+                                           description="dynamic micro-batching by token budget")
     moe_dispatcher: MoEDispatcher = Field(
         "alltoall", description="alltoall: Megatron's alltoall dispatcher, one copy per (token, expert); deepep: "
         "DeepEP-style dispatch (Megatron flex, Primus Turbo DeepEP, MORI), one copy per destination GPU and, across "
@@ -86,7 +95,7 @@ class TrainSpec(_Strict):
 
 
 class ResponseTokens(_Strict):
-    max: int = Field(..., ge=1)
+    max: int = Field(..., ge=1, le=MAX_SEQ_LEN)
     mean: float | None = Field(None, gt=0)
     truncated_fraction: float | None = Field(None, ge=0.0, le=1.0)
     histogram: tuple[tuple[int, float], ...] | None = Field(
@@ -110,12 +119,12 @@ class ResponseTokens(_Strict):
 class RolloutSpec(_Strict):
     precision: Precision = "fp8"
     kv_cache_dtype: Literal["bf16", "fp8"] | None = None
-    engine_gpus: int = Field(..., ge=1, description="GPUs per SGLang engine")
-    tp: int = Field(1, ge=1)
-    ep: int = Field(1, ge=1)
-    dp: int = Field(1, ge=1)
+    engine_gpus: int = Field(..., ge=1, le=MAX_PARALLEL_DEGREE, description="GPUs per SGLang engine")
+    tp: int = Field(1, ge=1, le=MAX_PARALLEL_DEGREE)
+    ep: int = Field(1, ge=1, le=MAX_PARALLEL_DEGREE)
+    dp: int = Field(1, ge=1, le=MAX_PARALLEL_DEGREE)
     dp_attention: bool = False
-    max_running_requests: int | None = Field(None, ge=1)
+    max_running_requests: int | None = Field(None, ge=1, le=MAX_RESPONSES_PER_STEP)
     mem_fraction_static: float = Field(0.7, gt=0.0, lt=1.0, description="SGLang --mem-fraction-static")
     max_total_tokens: int | None = Field(None, ge=1, description="SGLang --max-total-tokens (KV pool cap)")
 
@@ -132,12 +141,12 @@ class WeightUpdateSpec(_Strict):
 class RLSpec(_Strict):
     algorithm: Literal["grpo", "ppo"] = "grpo"
     placement: Literal["colocated", "disaggregated"]
-    actor_gpus: int = Field(..., ge=1)
-    rollout_gpus: int = Field(..., ge=1)
+    actor_gpus: int = Field(..., ge=1, le=MAX_GPUS)
+    rollout_gpus: int = Field(..., ge=1, le=MAX_GPUS)
     async_: bool = Field(False, alias="async")
-    prompts_per_step: int = Field(..., ge=1)
-    samples_per_prompt: int = Field(..., ge=1)
-    prompt_tokens_mean: float = Field(..., gt=0)
+    prompts_per_step: int = Field(..., ge=1, le=MAX_RESPONSES_PER_STEP)
+    samples_per_prompt: int = Field(..., ge=1, le=MAX_RESPONSES_PER_STEP)
+    prompt_tokens_mean: float = Field(..., gt=0, le=MAX_SEQ_LEN)
     response_tokens: ResponseTokens
     rollout: RolloutSpec
     log_probs: LogProbsSpec = LogProbsSpec()
@@ -147,7 +156,14 @@ class RLSpec(_Strict):
     checkpoint_every: int = Field(0, ge=0, description="steps between checkpoints (weights + optimizer state to "
                                   "the shared filesystem), its time spread over them; 0: none")
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _bounded_step(self) -> RLSpec:
+        if self.prompts_per_step * self.samples_per_prompt > MAX_RESPONSES_PER_STEP:
+            raise ValueError(f"prompts_per_step x samples_per_prompt = {self.responses_per_step:,} responses a step"
+                             f": at most {MAX_RESPONSES_PER_STEP:,} are priced (docs/reliability.md)")
+        return self
 
     @property
     def responses_per_step(self) -> int:

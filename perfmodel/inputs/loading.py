@@ -16,6 +16,63 @@ from perfmodel.errors import InputError
 M = TypeVar("M", bound=BaseModel)
 
 
+# The largest input any command reads (plans, cases, sweep files, stacks, hardware, overlays): the biggest shipped
+# file is under 100 kB; a file past this is refused before it is parsed (docs/reliability.md)
+MAX_INPUT_BYTES = 4 * 2**20
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML without aliases (a 1 kB file of nested aliases expands to gigabytes: no input of ours needs them) and
+    without a key given twice (the second would silently win)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.constructor.ConstructorError(
+                None, None, "aliases (*name) are not accepted: write the value out", mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, typing.Hashable):
+                continue  # SafeLoader refuses it with its own message
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {str(key)[:60]!r} is given twice: keep one", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key[:60]!r} is given twice: keep one")
+        out[key] = value
+    return out
+
+
+def _json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows: give a finite value")
+
+
+def parse_text(text: str, source: str, json_text: bool) -> Any:
+    """YAML or JSON text parsed with the rules every input obeys (no aliases, no key twice, no NaN in JSON);
+    InputError naming `source` otherwise."""
+    if len(text) > MAX_INPUT_BYTES:
+        raise InputError(source, "", f"{len(text) / 2**20:.1f} MB is larger than any input needs "
+                         f"({MAX_INPUT_BYTES // 2**20} MB at most): is it the right file?")
+    try:
+        if json_text:
+            return json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_json_constant)
+        return yaml.load(text, Loader=_StrictLoader)
+    except (yaml.YAMLError, json.JSONDecodeError, ValueError, RecursionError) as err:
+        detail = " ".join(str(err).replace(' in "<unicode string>",', " at").split())[:200]
+        raise InputError(source, "", f"malformed {'JSON' if json_text else 'YAML'}: {detail}") from None
+
+
 def read_mapping(path: str | Path) -> dict[str, Any]:
     """Load a YAML or JSON file whose top level must be a mapping."""
     p = Path(path)
@@ -24,14 +81,13 @@ def read_mapping(path: str | Path) -> dict[str, Any]:
     if p.is_dir():
         raise InputError(str(p), "", "is a folder, expected a file")
     try:
+        if p.stat().st_size > MAX_INPUT_BYTES:
+            raise InputError(str(p), "", f"{p.stat().st_size / 2**20:.1f} MB is larger than any input needs "
+                             f"({MAX_INPUT_BYTES // 2**20} MB at most): is it the right file?")
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(str(p), "", f"cannot read: {err}") from None
-    try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError, ValueError, RecursionError) as err:
-        detail = " ".join(str(err).split())[:200]
-        raise InputError(str(p), "", f"malformed {'JSON' if p.suffix == '.json' else 'YAML'}: {detail}") from None
+    data = parse_text(text, str(p), p.suffix == ".json")
     if not isinstance(data, dict):
         raise InputError(str(p), "", f"top level must be a mapping, got {type(data).__name__}")
     return data

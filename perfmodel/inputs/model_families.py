@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from perfmodel.errors import InputError
+from perfmodel.inputs.bounds import MAX_CONFIG_INT, MAX_EXPERTS, MAX_LAYERS
 from perfmodel.inputs.model_spec import AttentionSpec, FFNSpec, LayerSpec, ModelSpec
 
 SUPPORTED_FAMILIES = (
@@ -21,6 +22,10 @@ SUPPORTED_FAMILIES = (
     "GPT2LMHeadModel",
 )
 
+# keys whose size sets how many objects are built per model (layers) or per layer (experts)
+CONFIG_INT_BOUNDS = {"num_hidden_layers": MAX_LAYERS, "n_layer": MAX_LAYERS, "num_experts": MAX_EXPERTS,
+                     "n_routed_experts": MAX_EXPERTS, "num_local_experts": MAX_EXPERTS}
+
 
 class _Config:
     """Reads typed keys from a config dict; a missing or bad key raises InputError naming it."""
@@ -35,7 +40,11 @@ class _Config:
                 raise InputError(self.source, key, f"required by {self.family}: an integer >= {minimum}")
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InputError(self.source, key, f"must be an integer >= {minimum} (got {value!r})")
+            raise InputError(self.source, key, f"must be an integer >= {minimum} (got {str(value)[:40]!r})")
+        top = CONFIG_INT_BOUNDS.get(key, MAX_CONFIG_INT)
+        if value > top:
+            raise InputError(self.source, key, f"{value:,} is past what the model prices ({top:,} at most; "
+                             "docs/reliability.md)")
         return value
 
     def flag(self, key: str, default: bool) -> bool:

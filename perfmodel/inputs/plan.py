@@ -12,6 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from perfmodel.files import write_text_atomic
 from perfmodel.inputs.loading import parse, read_mapping
 from perfmodel.inputs.measured import Measured
 from perfmodel.inputs.run import RunSpec
@@ -106,7 +107,7 @@ def write_prediction(plan_path: str | Path, out: str | Path, blocks: dict[str, A
         kept.pop()
     text = "\n".join(kept) + "\n" + f"# {header}\n" + yaml.safe_dump(blocks, sort_keys=False)
     parse(Plan, yaml.safe_load(text), str(out))  # what is written loads as a plan
-    Path(out).write_text(text, encoding="utf-8")
+    write_text_atomic(out, text)
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -115,4 +116,4 @@ def load_plan(path: str | Path) -> Plan:
 
 def dump_plan(plan: Plan, path: str | Path) -> None:
     data = plan.model_dump(mode="json", by_alias=True, exclude_none=True)
-    Path(path).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    write_text_atomic(path, yaml.safe_dump(data, sort_keys=False))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from perfmodel.errors import InputError
+from perfmodel.inputs.bounds import MAX_MICRO_BATCHES
 from perfmodel.inputs.hardware import HardwareProfile, load_hardware
 from perfmodel.inputs.model import ModelSpec, load_model, model_from_hf_config
 from perfmodel.inputs.run import RunSpec
@@ -274,6 +275,9 @@ def _microbatches(run: RunSpec, dp: int, schedule: str, source: str) -> int:
         if t.max_tokens_per_gpu * lay.cp < t.seq_len and run.kind == "pretrain":
             raise _fail(source, "train.max_tokens_per_gpu", f"{t.max_tokens_per_gpu} x cp is below seq_len {t.seq_len}")
         m_count = max(1, t.global_batch // dp)  # upper bound; the simulator packs by tokens
+    if m_count * lay.pp * lay.vpp > MAX_MICRO_BATCHES:  # each a simulated event per virtual stage
+        raise _fail(source, "train.global_batch", f"{m_count:,} micro-batches per rank x {lay.pp * lay.vpp} virtual "
+                    f"stages: at most {MAX_MICRO_BATCHES:,} are simulated (docs/reliability.md); raise micro_batch")
     # Fixed micro-batching fixes the count per optimizer step: the schedule's framework must run it (packed
     # micro-batches are padded to a runnable count by the simulator, as Miles does).
     if t.max_tokens_per_gpu is None:

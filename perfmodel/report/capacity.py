@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import InputError
+from perfmodel.files import write_text_atomic
 
 DEFAULT_TOP = 20
 REPORT_NAME = "report.html"
@@ -49,7 +50,7 @@ def build_report(sweep_dir: str | Path, out_html: str | Path | None = None, png_
     figures, page = _render(data, top)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(page, encoding="utf-8")
+        write_text_atomic(out, page)
     except OSError as err:
         raise InputError(str(out), "--out", f"cannot write: {err}") from None
     if png_dir is not None:

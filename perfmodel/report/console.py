@@ -17,9 +17,10 @@ PIPE_WIDTH = 10_000  # wide enough for any row: a piped table is read by grep an
 
 
 def console() -> Console:
-    """The commands' console: the terminal's width, or no limit when piped."""
-    out = Console()
-    return out if out.is_terminal else Console(width=PIPE_WIDTH)
+    """The commands' console: the terminal's width, or no limit when piped. Markup is off: names from files (a
+    model called `x[/]`, a `[link=...]`) print as typed; a line that styles passes markup=True and escapes them."""
+    out = Console(markup=False)
+    return out if out.is_terminal else Console(width=PIPE_WIDTH, markup=False)
 
 
 def new_table(title: str, columns: list[str], left: tuple[str, ...] = ()) -> Table:

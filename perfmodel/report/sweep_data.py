@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import InputError
+from perfmodel.inputs.loading import parse_text
 from perfmodel.names import BREAKDOWN_COLUMNS
 
 # The candidates.csv contract written by `perfmodel sweep`. Every column is required; an extra column is an error
@@ -35,7 +35,8 @@ COLUMNS = (*INT_COLUMNS, *BOOL_COLUMNS, *STR_COLUMNS, *FLOAT_COLUMNS)
 # Columns added after the first release: a CSV written before them still loads, with this value.
 OPTIONAL_COLUMNS = {"moe_dispatcher": "alltoall", "step_time_p90_s": ""}
 NOT_EMPTY = ("index", "nodes", "gpus", "label", "status")  # every row has these
-STATUSES = ("ok", "pruned", "invalid", "failed")  # invalid: simulated to an impossible result, refused
+# invalid: simulated to an impossible result, refused; not_evaluated: the sweep was interrupted first
+STATUSES = ("ok", "pruned", "invalid", "failed", "not_evaluated")
 PLACEMENTS = ("colocated", "disaggregated", "")  # "" for a pretraining sweep (no RL)
 OBJECTIVES = ("step_time", "p90_step_time", "tokens_per_gpu", "cost")
 
@@ -227,10 +228,7 @@ def _read_json(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(src, "", f"cannot read: {err}") from None
-    try:
-        return json.loads(text)
-    except (json.JSONDecodeError, ValueError, RecursionError) as err:
-        raise InputError(src, "", f"malformed JSON: {' '.join(str(err).split())[:200]}") from None
+    return parse_text(text, src, json_text=True)
 
 
 def read_summary(path: Path) -> dict[str, Any]:
@@ -327,6 +325,20 @@ def read_measurements(data: Any, src: str) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------------ the folder
+def completeness_notes(summary: dict[str, Any], rows: list[dict[str, Any]], csv_path: Path) -> list[str]:
+    """Whether the folder holds a whole sweep: an interrupted one is said; a CSV with fewer rows than the summary
+    counts (cut short outside the tools, which write it atomically) is refused, never shown as the whole sweep."""
+    counted = summary.get("candidates")
+    if isinstance(counted, int) and not isinstance(counted, bool) and counted != len(rows):
+        raise InputError(str(csv_path), "", f"holds {len(rows):,} candidates, the summary counts {counted:,}: the "
+                         "file is incomplete (cut short or edited); run the sweep again")
+    if summary.get("interrupted"):
+        missing = sum(r["status"] == "not_evaluated" for r in rows)
+        return [f"The sweep was interrupted: {missing:,} of {len(rows):,} candidates were not evaluated; the ranking "
+                "covers the evaluated ones."]
+    return []
+
+
 def load_sweep(folder: str | Path, measurements: Any = None) -> SweepData:
     """Load a sweep folder. `measurements`: None (use folder/measured.json if present), a list of dicts, or a path."""
     d = Path(folder)
@@ -340,8 +352,9 @@ def load_sweep(folder: str | Path, measurements: Any = None) -> SweepData:
         summary = read_summary(d / SUMMARY)
     else:
         summary = {}
-        notes.append(f"No {SUMMARY} in the folder: the sweep's settings are not shown and the objective is "
-                     "assumed to be step_time.")
+        notes.append(f"No {SUMMARY} in the folder (the sweep did not finish writing, or it was removed): the "
+                     "sweep's settings are not shown and the objective is assumed to be step_time.")
+    notes += completeness_notes(summary, rows, d / CANDIDATES)
     objective = summary.get("objective", "step_time")
     _fill_ranks(rows, objective, notes)
     _check_breakdown(rows, notes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -15,9 +16,10 @@ def print_result(result, console: Console | None = None) -> None:
 
     console = console or default_console()
     d = result.to_json()
-    console.print(f"[bold]{d['kind']}[/] step of {d['model']} on {d['gpus']} x {d['hardware']}: "
-                  f"{d['layout']}, {d['schedule']}, pipeline split {','.join(map(str, d['pipeline_split']))}, "
-                  f"{d['microbatches']} micro-batches per DP rank, stack {d['stack']}", soft_wrap=True)
+    console.print(f"[bold]{d['kind']}[/] " + escape(
+        f"step of {d['model']} on {d['gpus']} x {d['hardware']}: {d['layout']}, {d['schedule']}, pipeline split "
+        f"{','.join(map(str, d['pipeline_split']))}, {d['microbatches']} micro-batches per DP rank, stack "
+        f"{d['stack']}"), soft_wrap=True, markup=True)
     for note in d.get("stack_notes", []):
         console.print(f"note: {note}", soft_wrap=True)
     m = Table(title="prediction", show_header=True)

@@ -3,14 +3,12 @@ rank them, and write the CSV of every candidate, the summary, the top plans and 
 
 from __future__ import annotations
 
-import csv
-import json
 import os
+import signal
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,11 +20,11 @@ from perfmodel.invariants import PhysicsError
 from perfmodel.memo import Memo
 from perfmodel.names import BREAKDOWN_COLUMNS, breakdown_column, training_parts
 from perfmodel.schedules import ScheduleError, default_schedule
+from perfmodel.signals import Terminated, die_with_parent
 from perfmodel.sim.pipeline import PipelineStall
-from perfmodel.sweep.cache import ResultCache, result_key
+from perfmodel.sweep.cache import ResultCache, result_key, row_problem
 from perfmodel.sweep.space import Candidate
 from perfmodel.sweep.spec import SweepSpec
-from perfmodel.version import __version__
 
 # A candidate's layout and recipe choices (`describe_candidate`), apart from its size (nodes, GPUs)
 PLAN_FIELDS = ("placement", "actor_gpus", "rollout_gpus", "async", "tp", "pp", "cp", "ep", "etp", "vpp", "schedule",
@@ -76,6 +74,14 @@ _WORKER: list[_Worker] = []
 
 def _init_worker(hw: HardwareProfile, model: ModelSpec, length_samples: int = 1) -> None:
     _WORKER[:] = [_Worker(hw, model, Memo(), length_samples)]
+
+
+def _init_pool_worker(hw: HardwareProfile, model: ModelSpec, length_samples: int = 1) -> None:
+    """A local worker process: Ctrl-C is the parent's to handle (the terminal sends it to the whole group), and the
+    worker dies with its parent, whatever kills the parent (Linux parent-death signal)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
+    _init_worker(hw, model, length_samples)
 
 
 def evaluate_run(run_data: dict[str, Any], hw: HardwareProfile, model: ModelSpec,
@@ -158,6 +164,9 @@ class SweepOutcome:
     elapsed_s: float
     interrupted: bool
     top: list[dict[str, Any]] = field(default_factory=list)
+    not_evaluated: int = 0  # interrupted before these were evaluated
+    rejected_cache_rows: int = 0  # cached rows that failed the checks a fresh result passes: recomputed
+    exit_code: int = 0  # 130 (SIGINT) or 143 (SIGTERM) when interrupted
 
 
 def objective_value(row: dict[str, Any], spec: SweepSpec) -> float | None:
@@ -197,15 +206,19 @@ def evaluate_candidates(
             for c in candidates]
     results: dict[int, dict[str, Any]] = {}
     hits = cache.get_many(keys) if cache else {}
+    rejected = 0
     for c, k in zip(candidates, keys):
         if k in hits:
-            results[c.index] = hits[k]
+            if row_problem(hits[k]) is None:
+                results[c.index] = hits[k]
+            else:  # damaged or not ours: recomputed like a miss, never ranked as it is
+                rejected += 1
     todo = [(c.index, c.run) for c in candidates if c.index not in results]
     cached = len(results)
     done = cached
     if progress:
         progress(done, len(candidates))
-    interrupted = False
+    interrupted, exit_code = False, 0
     by_index = {c.index: k for c, k in zip(candidates, keys)}
     new_items: list[tuple[str, dict[str, Any]]] = []
 
@@ -229,8 +242,8 @@ def evaluate_candidates(
                 take(_evaluate_chunk(items))
         else:
             _run_on_processes(workers, todo, chunk, hw, model, take, samples)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as err:
+        interrupted, exit_code = True, 143 if isinstance(err, Terminated) else 130
     if cache:
         cache.put_many(new_items)
     rows = []
@@ -246,31 +259,40 @@ def evaluate_candidates(
     evaluated = sum(1 for r in rows if r["status"] == "ok")
     pruned = sum(1 for r in rows if r["status"] == "pruned")
     invalid = sum(1 for r in rows if r["status"] == "invalid")
-    return SweepOutcome(rows, evaluated, pruned, invalid, cached, time.perf_counter() - t0, interrupted, ranked)
+    return SweepOutcome(rows, evaluated, pruned, invalid, cached, time.perf_counter() - t0, interrupted, ranked,
+                        not_evaluated=len(rows) - evaluated - pruned - invalid, rejected_cache_rows=rejected,
+                        exit_code=exit_code)
 
 
 def _run_on_processes(workers: int, todo: list[tuple[int, dict[str, Any]]], chunk: int, hw: HardwareProfile,
                       model: ModelSpec, take: Callable[[list[tuple[int, dict[str, Any]]]], None],
                       length_samples: int = 1) -> None:
     """Chunks of candidates on a process pool, at most 3 chunks queued per worker; Ctrl-C cancels the rest."""
-    with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(hw, model, length_samples)) as pool:
+    with ProcessPoolExecutor(workers, initializer=_init_pool_worker, initargs=(hw, model, length_samples)) as pool:
         pending: set[Future] = set()
         try:
             for items in _chunks(todo, chunk):
                 pending.add(pool.submit(_evaluate_chunk, items))
-                if len(pending) >= workers * 3:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for f in finished:
-                        take(f.result())
+                while len(pending) >= workers * 3:
+                    pending = _take_finished(pending, take)
             while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    take(f.result())
+                pending = _take_finished(pending, take)
         except KeyboardInterrupt:
             for f in pending:
                 f.cancel()
-            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in list((pool._processes or {}).values()):  # no public way to stop a running chunk
+                proc.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
             raise
+
+
+def _take_finished(pending: set[Future], take: Callable[[list[tuple[int, dict[str, Any]]]], None]) -> set[Future]:
+    """Hand over the chunks that finished within a short wait; the rest stay pending. The wait is short because
+    a Ctrl-C the kernel delivers to another thread (the pool's own) reaches the main thread only between waits."""
+    finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+    for f in finished:
+        take(f.result())
+    return pending
 
 
 def _run_on_ray(address: str, todo: list[tuple[int, dict[str, Any]]], chunk: int, hw: HardwareProfile,
@@ -293,21 +315,3 @@ def _run_on_ray(address: str, todo: list[tuple[int, dict[str, Any]]], chunk: int
                 take(ray.get(r))
     finally:
         ray.shutdown()
-
-
-def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
-    with path.open("w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=ROW_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in ROW_FIELDS})
-
-
-def write_summary(spec: SweepSpec, outcome: SweepOutcome, top: list[dict[str, Any]], path: Path,
-                  extra: dict[str, Any]) -> None:
-    data = {"spec": spec.model_dump(mode="json", by_alias=True), "objective": spec.objective,
-            "evaluated": outcome.evaluated, "pruned": outcome.pruned, "invalid": outcome.invalid,
-            "cached": outcome.cached,
-            "candidates": len(outcome.rows), "elapsed_s": outcome.elapsed_s, "interrupted": outcome.interrupted,
-            "version": __version__, "top": top} | extra
-    path.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")

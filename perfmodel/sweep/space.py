@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterator
+import random
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,45 +104,108 @@ def _placements(spec: SweepSpec, nodes: int, gpn: int) -> Iterator[tuple[str, in
                 yield "disaggregated", (nodes - rn) * gpn, rn * gpn, is_async, mode
 
 
-def enumerate_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, num_layers: int) -> Iterator[Candidate]:
-    job = spec.job
-    idx = 0
+def _groups(spec: SweepSpec, gpus_per_node: int, num_experts: int, num_layers: int
+            ) -> Iterator[tuple[int, int, tuple[str, int, int, bool, str], list[dict[str, Any]], list[Any]]]:
+    """Per node count and placement: (nodes, gpus, placement, training layouts, rollout engines); a group's
+    candidates are its layouts x recompute x offload x dispatcher x engines."""
+    rl = spec.job.get("kind") == "rl"
     for nodes in spec.nodes:
         gpus = nodes * gpus_per_node
-        placements = list(_placements(spec, nodes, gpus_per_node)) if job.get("kind") == "rl" else [
-            ("none", gpus, 0, False, "")]
-        for placement, actor, rollout, is_async, wu_mode in placements:
-            layouts = list(_train_layouts(spec, actor, num_experts, num_layers))
-            engines = list(_rollout_engines(spec, rollout)) if placement != "none" else [None]
-            for lay, recompute, offload, dispatcher in itertools.product(
-                    layouts, spec.space.recompute, spec.space.optimizer_offload_fraction, spec.space.moe_dispatcher):
-                if lay["ep"] == 1 and dispatcher != spec.space.moe_dispatcher[0]:
-                    continue  # no expert parallelism: the dispatcher changes nothing
-                for eng in engines:
-                    run = {"kind": job.get("kind", "rl"), "hardware": spec.hardware,
-                           "model": spec.model.model_dump(exclude_none=True), "gpus": gpus}
-                    if spec.stack:
-                        run["stack"] = spec.stack
-                    if spec.stack_options:
-                        run["stack_options"] = dict(spec.stack_options)
-                    train = copy.deepcopy(job.get("train", {}))
-                    train["layout"] = {k: lay[k] for k in ("tp", "pp", "cp", "ep", "etp", "vpp", "dp")}
-                    train["schedule"] = lay["schedule"]
-                    train["recompute"] = recompute
-                    train["optimizer_offload_fraction"] = offload
-                    train["moe_dispatcher"] = dispatcher
-                    train["sequence_parallel"] = lay["tp"] > 1
-                    run["train"] = train
-                    if eng is not None:
-                        rl = copy.deepcopy(job.get("rl", {}))
-                        rl.update(placement=placement, actor_gpus=actor, rollout_gpus=rollout)
-                        rl["async"] = is_async
-                        ro = dict(rl.get("rollout", {}))
-                        ro.update(eng)
-                        rl["rollout"] = ro
-                        wu = dict(rl.get("weight_update", {}))
-                        wu["mode"] = wu_mode
-                        rl["weight_update"] = wu
-                        run["rl"] = rl
-                    yield Candidate(idx, nodes, run)
+        placements = list(_placements(spec, nodes, gpus_per_node)) if rl else [("none", gpus, 0, False, "")]
+        for place in placements:
+            layouts = list(_train_layouts(spec, place[1], num_experts, num_layers))
+            engines = list(_rollout_engines(spec, place[2])) if place[0] != "none" else [None]
+            yield nodes, gpus, place, layouts, engines
+
+
+def _per_layout(spec: SweepSpec, lay: dict[str, Any]) -> int:
+    """Recipe choices per training layout: recompute x offload x dispatcher (one dispatcher without EP)."""
+    s = spec.space
+    return len(s.recompute) * len(s.optimizer_offload_fraction) * (len(s.moe_dispatcher) if lay["ep"] > 1 else 1)
+
+
+def count_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, num_layers: int) -> int:
+    """How many candidates `enumerate_candidates` yields, without building them (a sweep's size, known up front)."""
+    return sum(sum(_per_layout(spec, lay) for lay in layouts) * len(engines)
+               for _, _, _, layouts, engines in _groups(spec, gpus_per_node, num_experts, num_layers))
+
+
+def select_candidates(spec: SweepSpec, spec_path: str, gpus_per_node: int, num_experts: int, num_layers: int,
+                      sample: int | None = None, seed: int = 0) -> list[Candidate]:
+    """The sweep's candidates, counted before any is built: a space past MAX_SWEEP_CANDIDATES is refused with its
+    size (memory grows with the candidates kept), or sampled (`sample` of them, chosen at random with `seed`, their
+    indices those of the whole space)."""
+    from perfmodel.errors import InputError
+    from perfmodel.inputs.bounds import MAX_SWEEP_CANDIDATES
+
+    total = count_candidates(spec, gpus_per_node, num_experts, num_layers)
+    if not total:
+        raise InputError(spec_path, "space", "no candidate plans: widen the space or the node counts")
+    if sample is not None and not 1 <= sample <= MAX_SWEEP_CANDIDATES:
+        raise InputError("--sample", "", f"{sample}: give 1 to {MAX_SWEEP_CANDIDATES:,} candidates")
+    if sample is None and total > MAX_SWEEP_CANDIDATES:
+        raise InputError(spec_path, "space", f"{total:,} candidate plans, more than one sweep takes "
+                         f"({MAX_SWEEP_CANDIDATES:,}; docs/reliability.md): narrow the space or the node counts, "
+                         "or evaluate a random sample with --sample N")
+    keep = None
+    if sample is not None and sample < total:
+        keep = set(random.Random(seed).sample(range(total), sample)).__contains__
+    return list(enumerate_candidates(spec, gpus_per_node, num_experts, num_layers, keep))
+
+
+def check_job(run: dict[str, Any], spec_path: str) -> None:
+    """A job every candidate shares is checked once, before the sweep: a typo or a value out of range is the sweep
+    file's error (job.train.seq_lenn), not a reason to prune every candidate."""
+    from perfmodel.errors import InputError
+    from perfmodel.inputs.loading import parse
+    from perfmodel.inputs.run import RunSpec
+
+    try:
+        parse(RunSpec, run, spec_path)
+    except InputError as err:
+        field = f"job.{err.field}" if err.field.startswith(("train", "rl", "kind")) else err.field
+        raise InputError(spec_path, field, err.message) from None
+
+
+def enumerate_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, num_layers: int,
+                         keep: Callable[[int], bool] | None = None) -> Iterator[Candidate]:
+    """Every candidate of the space, indexed in a fixed order; `keep(index)` False skips building one (a sample)."""
+    job = spec.job
+    idx = 0
+    for nodes, gpus, (placement, actor, rollout, is_async, wu_mode), layouts, engines in _groups(
+            spec, gpus_per_node, num_experts, num_layers):
+        for lay, recompute, offload, dispatcher in itertools.product(
+                layouts, spec.space.recompute, spec.space.optimizer_offload_fraction, spec.space.moe_dispatcher):
+            if lay["ep"] == 1 and dispatcher != spec.space.moe_dispatcher[0]:
+                continue  # no expert parallelism: the dispatcher changes nothing
+            for eng in engines:
+                if keep is not None and not keep(idx):
                     idx += 1
+                    continue
+                run = {"kind": job.get("kind", "rl"), "hardware": spec.hardware,
+                       "model": spec.model.model_dump(exclude_none=True), "gpus": gpus}
+                if spec.stack:
+                    run["stack"] = spec.stack
+                if spec.stack_options:
+                    run["stack_options"] = dict(spec.stack_options)
+                train = copy.deepcopy(job.get("train", {}))
+                train["layout"] = {k: lay[k] for k in ("tp", "pp", "cp", "ep", "etp", "vpp", "dp")}
+                train["schedule"] = lay["schedule"]
+                train["recompute"] = recompute
+                train["optimizer_offload_fraction"] = offload
+                train["moe_dispatcher"] = dispatcher
+                train["sequence_parallel"] = lay["tp"] > 1
+                run["train"] = train
+                if eng is not None:
+                    rl = copy.deepcopy(job.get("rl", {}))
+                    rl.update(placement=placement, actor_gpus=actor, rollout_gpus=rollout)
+                    rl["async"] = is_async
+                    ro = dict(rl.get("rollout", {}))
+                    ro.update(eng)
+                    rl["rollout"] = ro
+                    wu = dict(rl.get("weight_update", {}))
+                    wu["mode"] = wu_mode
+                    rl["weight_update"] = wu
+                    run["rl"] = rl
+                yield Candidate(idx, nodes, run)
+                idx += 1

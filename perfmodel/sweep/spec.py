@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from perfmodel.errors import InputError
+from perfmodel.inputs.bounds import MAX_GPUS, MAX_PARALLEL_DEGREE
 from perfmodel.inputs.job import ScheduleName
 from perfmodel.inputs.loading import parse, read_mapping
 from perfmodel.inputs.run import ModelRef
 from perfmodel.schedules import default_schedule
 
+# one degree a sweep tries (TP, PP, EP, an engine's GPUs, ...): what a layout may hold
+Degree = Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE)]
 Objective = Literal["step_time", "p90_step_time", "tokens_per_gpu", "cost"]
 
 
@@ -22,38 +25,40 @@ class SweepSpace(BaseModel):
     recipes: TP/PP/EP, full or selective recompute, optimizer offload, engine size and EP, placement); context
     parallelism, interleaving and DP-attention are off by default (short RL contexts; widen them in the file)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    tp: tuple[int, ...] = (1, 2, 4, 8)
-    pp: tuple[int, ...] = (1, 2, 4, 8, 16)
-    cp: tuple[int, ...] = (1,)
-    ep: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
-    etp: tuple[int, ...] = (1,)
-    vpp: tuple[int, ...] = (1,)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    tp: tuple[Degree, ...] = (1, 2, 4, 8)
+    pp: tuple[Degree, ...] = (1, 2, 4, 8, 16)
+    cp: tuple[Degree, ...] = (1,)
+    ep: tuple[Degree, ...] = (1, 2, 4, 8, 16, 32, 64)
+    etp: tuple[Degree, ...] = (1,)
+    vpp: tuple[Degree, ...] = (1,)
     recompute: tuple[Literal["none", "selective", "full"], ...] = ("full", "selective")
     # MoE token dispatch of the trainer (tried only where EP > 1): Miles' DSV4 recipes use Megatron's alltoall;
     # add "deepep" to compare a DeepEP-style dispatcher (Primus Turbo DeepEP, MORI, Megatron flex)
     moe_dispatcher: tuple[Literal["alltoall", "deepep"], ...] = ("alltoall",)
     # schedules tried at vpp 1 (the default one also at every vpp > 1, as the default multi-chunk schedule)
     schedule: tuple[ScheduleName, ...] = (default_schedule(1),)
-    optimizer_offload_fraction: tuple[float, ...] = (0.0, 1.0)
+    optimizer_offload_fraction: tuple[Annotated[float, Field(ge=0.0, le=1.0)], ...] = (0.0, 1.0)
     placement: tuple[Literal["colocated", "disaggregated"], ...] = ("colocated", "disaggregated")
     async_: tuple[bool, ...] = Field((False, True), alias="async")
-    rollout_fraction: tuple[float, ...] = (0.25, 0.5, 0.75)  # share of the nodes that roll out (disaggregated)
+    # share of the nodes that roll out (disaggregated)
+    rollout_fraction: tuple[Annotated[float, Field(gt=0.0, lt=1.0)], ...] = (0.25, 0.5, 0.75)
     # how disaggregated plans move the weights (colocated ones: CUDA/HIP IPC): Miles broadcasts by default; add p2p
     # to price its RDMA P2P transfer (--update-weight-transfer-mode p2p) beside it
     weight_update_disaggregated: tuple[Literal["broadcast", "p2p"], ...] = ("broadcast",)
-    engine_gpus: tuple[int, ...] = (4, 8, 16)
+    engine_gpus: tuple[Degree, ...] = (4, 8, 16)
     engine_ep: tuple[Literal["none", "full"], ...] = ("none", "full")  # SGLang ep 1 or = engine size
     dp_attention: tuple[bool, ...] = (False,)
 
 
 class SweepSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
     hardware: str
     model: ModelRef
     stack: str | None = Field(None, description="software stack every candidate runs on: framework[@release]")
     stack_options: dict[str, Any] | None = Field(None, description="facts stated about the stack")
-    nodes: tuple[int, ...] = Field(..., min_length=1, description="node counts to try")
+    nodes: tuple[Annotated[int, Field(ge=1, le=MAX_GPUS)], ...] = Field(..., min_length=1,
+                                                                        description="node counts to try")
     job: dict[str, Any] = Field(..., description="kind, train (without layout) and rl (without placement/GPUs)")
     space: SweepSpace = SweepSpace()
     objective: Objective = "step_time"

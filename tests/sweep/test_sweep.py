@@ -291,7 +291,7 @@ def test_p90_objective_ranks_rl_plans_by_the_tail_of_their_step_over_length_draw
     assert row["status"] == "ok" and row["step_time_p90_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
     # the capacity report reads the column back
     from perfmodel.report.sweep_data import read_candidates
-    from perfmodel.sweep.run import write_csv
+    from perfmodel.sweep.folder import write_csv
 
     write_csv(out.rows, tmp_path / "candidates.csv")
     back = {r["index"]: r for r in read_candidates(tmp_path / "candidates.csv")}

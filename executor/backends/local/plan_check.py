@@ -73,6 +73,8 @@ def _check_plan_and_model(src: str, path: str | Path) -> tuple[Plan, RLSpec, Tin
     if plan.executor.backend != "local":
         raise InputError(src, "executor.backend", f"'{plan.executor.backend}' plans are not launched here; "
                          "this executor runs backend: local")
+    if _missing("torch"):  # the model below is built with torch: say what to install, not a traceback
+        raise InputError(src, "executor.backend", "local needs torch: pip install 'perfmodel[exec]'")
     from executor.backends.local.options import LocalOptions
     from executor.backends.local.tiny_model import TinyArch
 
