@@ -32,7 +32,7 @@ from typing import Any
 from executor.records import launched_plan
 from executor.store import find_run
 from perfmodel.errors import InputError
-from perfmodel.signals import exit_code
+from perfmodel.signals import exit_code, handle_sigterm
 
 STORE_HELP = "SQLite store (default: $EXECUTOR_STORE, or $XDG_DATA_HOME/perfmodel/executor.sqlite)"
 
@@ -293,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     from executor.store_path import default_store_path
 
     args = _parser().parse_args(argv)
+    handle_sigterm()  # SIGTERM takes Ctrl-C's path: the run's processes stopped, the run marked, exit 143
     if args.command not in ("launch", "align", "bench-kernels"):
         args.store = args.store or default_store_path()
     try:

@@ -130,6 +130,7 @@ def sweep(spec: SweepSpec | str | PathLike | None = None, *, spec_path: str = ""
     space too wide to sweep whole). `progress(done, total)` is called as candidates finish; `on_start(candidates,
     out)` once they are enumerated. Interrupted (Ctrl-C, SIGTERM), it writes what was evaluated, marked so."""
     from perfmodel.files import FolderLock, writable_folder
+    from perfmodel.signals import HeldSignals
     from perfmodel.sweep.cache import ResultCache, default_cache_path
     from perfmodel.sweep.folder import write_sweep_folder
     from perfmodel.sweep.run import evaluate_candidates
@@ -148,14 +149,16 @@ def sweep(spec: SweepSpec | str | PathLike | None = None, *, spec_path: str = ""
             on_start(len(candidates), out_dir)
         result_cache = ResultCache(default_cache_path()) if cache else None
         model_key = json.dumps(spec.model.model_dump(), sort_keys=True)
-        try:
-            outcome = evaluate_candidates(spec, candidates, hw, model, model_key, workers=workers,
-                                          ray_address=ray_address, cache=result_cache, progress=progress)
-        finally:
-            if result_cache:
-                result_cache.close()
-        top_rows, files = write_sweep_folder(out_dir, spec, spec_path, candidates, outcome, hw, cal, top=top,
-                                             band=band)
+        with HeldSignals() as held:  # from the end of evaluation (or its interrupt) until the folder is written
+            try:
+                outcome = evaluate_candidates(spec, candidates, hw, model, model_key, workers=workers,
+                                              ray_address=ray_address, cache=result_cache, progress=progress,
+                                              on_evaluated=held.hold)
+            finally:
+                if result_cache:
+                    result_cache.close()
+            top_rows, files = write_sweep_folder(out_dir, spec, spec_path, candidates, outcome, hw, cal, top=top,
+                                                 band=band)
         html = None
         if report and top_rows and not outcome.interrupted:
             from perfmodel.report.capacity import build_report

@@ -9,7 +9,7 @@ import ctypes
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from typing import Any
 
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
@@ -43,20 +43,30 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
 
 
-@contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """SIGINT and SIGTERM held while results are written (a second Ctrl-C must not lose what the first kept);
-    the first one held is delivered when the block ends, so the user still gets their exit."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, _frame: held.append(signum))
-                for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        for s in held[:1]:
-            signal.raise_signal(s)
+class HeldSignals:
+    """A block in which, once `hold()` is called (the first interrupt was taken, or results are being written),
+    SIGINT and SIGTERM are recorded instead of raised: a second Ctrl-C cannot cut the writing of what the first
+    kept. When the block ends the handlers are restored and the first held signal is raised, so the user still
+    gets the exit they asked for."""
+
+    def __init__(self) -> None:
+        self.held: list[int] = []
+        self._previous: dict[int, Any] | None = None
+
+    def hold(self) -> None:
+        if self._previous is None and threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._record) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _record(self, signum: int, _frame: object) -> None:
+        self.held.append(signum)
+
+    def __enter__(self) -> HeldSignals:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if self._previous is not None:
+            for s, handler in self._previous.items():
+                signal.signal(s, handler)
+            self._previous = None
+        if self.held and exc_type is None:
+            signal.raise_signal(self.held[0])

@@ -56,7 +56,9 @@ def _sweep_spec(args: argparse.Namespace) -> tuple[str, Any]:
         updates["nodes"] = parse_nodes(args.nodes)
     if args.objective:
         updates["objective"] = args.objective
-    if args.target_step_time:
+    if args.target_step_time is not None:
+        if not 0 < args.target_step_time < float("inf"):
+            raise InputError("--target-step-time", "", f"{args.target_step_time}: give a step time in seconds > 0")
         updates["target_step_time_s"] = args.target_step_time
     if args.length_samples is not None:
         if not 2 <= args.length_samples <= 100:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +44,15 @@ class _StrictLoader(yaml.SafeLoader):
                     None, None, f"key {str(key)[:60]!r} is given twice: keep one", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.2 floats: PyYAML (YAML 1.1) reads `180.0e9` and `1e-3` as strings, which strict types would refuse; every
+# number a profile or case writes in exponent form is meant as one
+_StrictLoader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
 
 
 def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -192,8 +202,14 @@ def first_error(err: ValidationError, source: str, prefix: str = "",
 
 
 def parse(model: type[M], data: Any, source: str, prefix: str = "") -> M:
-    """Validate `data` into `model`, raising a one-line InputError on the first problem."""
+    """Validate `data` into `model` with strict types (a quoted "8" is not the number 8, `yes` is not true, 8.5
+    is not a whole number; a list stands for a tuple, as in JSON), raising a one-line InputError on the first
+    problem. Data JSON cannot hold (a YAML date) is validated as it is."""
     try:
-        return model.model_validate(data)
+        text = json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError):
+        text = None
+    try:
+        return model.model_validate(data) if text is None else model.model_validate_json(text, strict=True)
     except ValidationError as err:
         raise first_error(err, source, prefix, model, data) from None

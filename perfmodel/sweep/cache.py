@@ -128,17 +128,19 @@ class ResultCache:
         print(f"warning: {self.path}: result cache damaged ({err}); set aside as {aside.name}, starting a new one "
               "(--no-cache skips the cache)", file=sys.stderr)
 
-    def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+    def get_many(self, keys: list[str]) -> dict[str, Any]:
         if self._db is None or not keys:
             return {}
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, Any] = {}
         try:
             for i in range(0, len(keys), 500):
                 chunk = keys[i:i + 500]
                 q = f"SELECT key, row FROM results WHERE key IN ({','.join('?' * len(chunk))})"
                 for k, row in self._db.execute(q, chunk):
-                    with contextlib.suppress(ValueError, TypeError, RecursionError):  # checked by row_problem
+                    try:
                         out[k] = json.loads(row)
+                    except (ValueError, TypeError, RecursionError):
+                        out[k] = None  # refused by row_problem, like any row of the wrong shape
         except sqlite3.DatabaseError as err:  # damaged past the header: read nothing from it, replace it
             self._set_aside(err)
             assert self.path is not None

@@ -1,7 +1,7 @@
 """A sweep's folder: candidates.csv (every candidate), summary.json, plans/, best_trace.json and report.html, each
 written atomically (perfmodel/files.py), the CSV and the summary last, so a folder with a summary is whole. An
-interrupted sweep's folder says so (summary `interrupted`, unevaluated rows `not_evaluated`); a second Ctrl-C while
-it is written waits for the write."""
+interrupted sweep's folder says so (summary `interrupted`, unevaluated rows `not_evaluated`); the caller holds
+signals while it is written (perfmodel/signals.py: HeldSignals)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Any
 
 from perfmodel.files import atomic_path, write_text_atomic
 from perfmodel.inputs.hardware import HardwareProfile
-from perfmodel.signals import signals_deferred
 from perfmodel.sweep.run import ROW_FIELDS, SweepOutcome
 from perfmodel.sweep.space import Candidate
 from perfmodel.sweep.spec import SweepSpec
@@ -48,20 +47,19 @@ def write_sweep_folder(out_dir: Path, spec: SweepSpec, spec_path: str, candidate
     by_index = {c.index: c for c in candidates}
     if band:
         add_bands(top_rows, by_index, hw, cal)
-    with signals_deferred():
-        top_summary = write_plans(top_rows, by_index, out_dir / "plans", cal, Path(spec_path).name)
-        for row, entry in zip(top_rows, top_summary):
-            row["plan_path"] = entry["plan_path"]
-        extra: dict[str, Any] = {}
-        files = [Path(e["plan_path"]) for e in top_summary]
-        if top_rows:
-            from perfmodel.predict import simulate_run
-            from perfmodel.trace import write_trace
+    top_summary = write_plans(top_rows, by_index, out_dir / "plans", cal, Path(spec_path).name)
+    for row, entry in zip(top_rows, top_summary):
+        row["plan_path"] = entry["plan_path"]
+    extra: dict[str, Any] = {}
+    files = [Path(e["plan_path"]) for e in top_summary]
+    if top_rows:
+        from perfmodel.predict import simulate_run
+        from perfmodel.trace import write_trace
 
-            best_run = RunSpec.model_validate(by_index[top_rows[0]["index"]].run)
-            write_trace(simulate_run(best_run, hardware=hw, record_trace=True).spans(), out_dir / "best_trace.json")
-            extra["best_trace"] = "best_trace.json"
-            files.append(out_dir / "best_trace.json")
-        write_csv(outcome.rows, out_dir / "candidates.csv")
-        write_summary(spec, outcome, top_summary, out_dir / "summary.json", extra)
+        best_run = RunSpec.model_validate(by_index[top_rows[0]["index"]].run)
+        write_trace(simulate_run(best_run, hardware=hw, record_trace=True).spans(), out_dir / "best_trace.json")
+        extra["best_trace"] = "best_trace.json"
+        files.append(out_dir / "best_trace.json")
+    write_csv(outcome.rows, out_dir / "candidates.csv")
+    write_summary(spec, outcome, top_summary, out_dir / "summary.json", extra)
     return top_rows, files + [out_dir / "candidates.csv", out_dir / "summary.json"]

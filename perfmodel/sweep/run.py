@@ -20,7 +20,8 @@ from perfmodel.invariants import PhysicsError
 from perfmodel.memo import Memo
 from perfmodel.names import BREAKDOWN_COLUMNS, breakdown_column, training_parts
 from perfmodel.schedules import ScheduleError, default_schedule
-from perfmodel.signals import Terminated, die_with_parent
+from perfmodel.signals import die_with_parent
+from perfmodel.signals import exit_code as signal_exit_code
 from perfmodel.sim.pipeline import PipelineStall
 from perfmodel.sweep.cache import ResultCache, result_key, row_problem
 from perfmodel.sweep.space import Candidate
@@ -70,6 +71,7 @@ class _Worker:
 
 
 _WORKER: list[_Worker] = []
+_MISS = object()  # not in the cache (None there is a row that did not parse)
 
 
 def _init_worker(hw: HardwareProfile, model: ModelSpec, length_samples: int = 1) -> None:
@@ -77,9 +79,11 @@ def _init_worker(hw: HardwareProfile, model: ModelSpec, length_samples: int = 1)
 
 
 def _init_pool_worker(hw: HardwareProfile, model: ModelSpec, length_samples: int = 1) -> None:
-    """A local worker process: Ctrl-C is the parent's to handle (the terminal sends it to the whole group), and the
-    worker dies with its parent, whatever kills the parent (Linux parent-death signal)."""
+    """A local worker process: Ctrl-C and SIGTERM are the parent's to handle (a terminal or `kill -- -PGID` sends
+    them to the whole group), and the worker dies with its parent, whatever kills the parent (Linux parent-death
+    signal)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the parent stops its workers (SIGKILL) once it has what they sent
     die_with_parent()
     _init_worker(hw, model, length_samples)
 
@@ -198,29 +202,19 @@ def evaluate_candidates(
     ray_address: str | None = None,
     cache: ResultCache | None = None,
     progress: Callable[[int, int], None] | None = None,
+    on_evaluated: Callable[[], None] | None = None,
 ) -> SweepOutcome:
+    """Every candidate's row (cached or simulated) and the ranking. Interrupted (Ctrl-C, SIGTERM), it returns
+    what was evaluated, the rest `not_evaluated`. `on_evaluated` is called as soon as evaluation ends, finished
+    or interrupted: the caller holds signals from then until what was kept is written."""
     t0 = time.perf_counter()
     hw_params = hw.calibration_params()
     samples = spec.length_samples if spec.objective == "p90_step_time" else 1
-    keys = [result_key(hw_params, hw.id, model_key, c.run if samples == 1 else {**c.run, "length_samples": samples})
-            for c in candidates]
     results: dict[int, dict[str, Any]] = {}
-    hits = cache.get_many(keys) if cache else {}
-    rejected = 0
-    for c, k in zip(candidates, keys):
-        if k in hits:
-            if row_problem(hits[k]) is None:
-                results[c.index] = hits[k]
-            else:  # damaged or not ours: recomputed like a miss, never ranked as it is
-                rejected += 1
-    todo = [(c.index, c.run) for c in candidates if c.index not in results]
-    cached = len(results)
-    done = cached
-    if progress:
-        progress(done, len(candidates))
-    interrupted, exit_code = False, 0
-    by_index = {c.index: k for c, k in zip(candidates, keys)}
     new_items: list[tuple[str, dict[str, Any]]] = []
+    by_index: dict[int, str] = {}
+    done = cached = rejected = 0
+    interrupted, exit_code = False, 0
 
     def take(batch: list[tuple[int, dict[str, Any]]]) -> None:
         nonlocal done
@@ -231,9 +225,25 @@ def evaluate_candidates(
         if progress:
             progress(done, len(candidates))
 
-    workers = workers or min(os.cpu_count() or 1, 8)
-    chunk = max(16, min(256, len(todo) // (workers * 8) + 1))
-    try:
+    try:  # an interrupt anywhere here (keys, cache, workers) keeps what was evaluated
+        for c in candidates:
+            by_index[c.index] = result_key(hw_params, hw.id, model_key, c.run if samples == 1 else
+                                           {**c.run, "length_samples": samples})
+        hits = cache.get_many(list(by_index.values())) if cache else {}
+        for c in candidates:
+            hit = hits.get(by_index[c.index], _MISS)
+            if hit is _MISS:
+                continue
+            if row_problem(hit) is None:
+                results[c.index] = hit
+            else:  # damaged or not ours: recomputed like a miss, never ranked as it is
+                rejected += 1
+        todo = [(c.index, c.run) for c in candidates if c.index not in results]
+        cached = done = len(results)
+        if progress:
+            progress(done, len(candidates))
+        workers = workers or min(os.cpu_count() or 1, 8)
+        chunk = max(16, min(256, len(todo) // (workers * 8) + 1))
         if ray_address:
             _run_on_ray(ray_address, todo, chunk, hw, model, take, samples)
         elif workers <= 1 or len(todo) < 64:
@@ -243,7 +253,10 @@ def evaluate_candidates(
         else:
             _run_on_processes(workers, todo, chunk, hw, model, take, samples)
     except KeyboardInterrupt as err:
-        interrupted, exit_code = True, 143 if isinstance(err, Terminated) else 130
+        interrupted, exit_code = True, signal_exit_code(err)
+    finally:
+        if on_evaluated:
+            on_evaluated()
     if cache:
         cache.put_many(new_items)
     rows = []
@@ -281,7 +294,7 @@ def _run_on_processes(workers: int, todo: list[tuple[int, dict[str, Any]]], chun
             for f in pending:
                 f.cancel()
             for proc in list((pool._processes or {}).values()):  # no public way to stop a running chunk
-                proc.terminate()
+                proc.kill()
             pool.shutdown(wait=True, cancel_futures=True)
             raise
 

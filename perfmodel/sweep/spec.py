@@ -106,7 +106,7 @@ def parse_nodes(text: str) -> tuple[int, ...]:
     m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", text)
     if m:
         lo, hi = int(m.group(1)), int(m.group(2))
-        if lo < 1 or hi < lo:
+        if lo < 1 or hi < lo or hi > MAX_GPUS:
             raise InputError("--nodes", "", f"bad range {text!r}; use e.g. 4-64")
         out, n = [], lo
         while n <= hi:
@@ -117,6 +117,6 @@ def parse_nodes(text: str) -> tuple[int, ...]:
         vals = tuple(int(x) for x in text.split(","))
     except ValueError:
         raise InputError("--nodes", "", f"{text!r} is not a node count list; use e.g. 4-64 or 4,8,16") from None
-    if any(v < 1 for v in vals):
-        raise InputError("--nodes", "", "node counts must be >= 1")
+    if any(not 1 <= v <= MAX_GPUS for v in vals) or len(vals) > 64:
+        raise InputError("--nodes", "", f"give up to 64 node counts from 1 to {MAX_GPUS:,}")
     return vals
