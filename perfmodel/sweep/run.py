@@ -229,15 +229,7 @@ def evaluate_candidates(
         for c in candidates:
             by_index[c.index] = result_key(hw_params, hw.id, model_key, c.run if samples == 1 else
                                            {**c.run, "length_samples": samples})
-        hits = cache.get_many(list(by_index.values())) if cache else {}
-        for c in candidates:
-            hit = hits.get(by_index[c.index], _MISS)
-            if hit is _MISS:
-                continue
-            if row_problem(hit) is None:
-                results[c.index] = hit
-            else:  # damaged or not ours: recomputed like a miss, never ranked as it is
-                rejected += 1
+        rejected = _read_cache(cache, by_index, results)
         todo = [(c.index, c.run) for c in candidates if c.index not in results]
         cached = done = len(results)
         if progress:
@@ -297,6 +289,22 @@ def _run_on_processes(workers: int, todo: list[tuple[int, dict[str, Any]]], chun
                 proc.kill()
             pool.shutdown(wait=True, cancel_futures=True)
             raise
+
+
+def _read_cache(cache: ResultCache | None, keys: dict[int, str], results: dict[int, dict[str, Any]]) -> int:
+    """Fill `results` with the cached rows of `keys` (candidate index -> key) that pass the checks a fresh result
+    passes; returns how many were found but refused (damaged, or not ours: recomputed like a miss)."""
+    hits = cache.get_many(list(keys.values())) if cache else {}
+    rejected = 0
+    for index, key in keys.items():
+        hit = hits.get(key, _MISS)
+        if hit is _MISS:
+            continue
+        if row_problem(hit) is None:
+            results[index] = hit
+        else:
+            rejected += 1
+    return rejected
 
 
 def _take_finished(pending: set[Future], take: Callable[[list[tuple[int, dict[str, Any]]]], None]) -> set[Future]:

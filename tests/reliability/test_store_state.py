@@ -91,3 +91,17 @@ def test_a_writer_killed_at_any_moment_leaves_every_committed_step_whole(tmp_pat
         assert [s["step"] for s in steps] == list(range(1, len(steps) + 1))
         assert len(steps) >= acknowledged  # every step it said was written is there, whole
         assert all(json.dumps(s) for s in steps)
+
+
+def test_resume_never_follows_a_run_folder_that_is_a_link(tmp_path: Path) -> None:
+    from executor.backends.local.runner import resume
+    from perfmodel.errors import InputError
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = tmp_path / "runs" / "r1"
+    link.parent.mkdir()
+    link.symlink_to(elsewhere)
+    with pytest.raises(InputError, match="symbolic link"):
+        resume(None, {"run_id": "r1", "run_dir": str(link)}, tmp_path / "store.sqlite", 5)  # type: ignore[arg-type]
+    assert not any(elsewhere.iterdir())

@@ -102,10 +102,9 @@ def resume(checked: CheckedPlan, run: dict[str, Any], store_path: Path, steps: i
     from executor.backends.local.checkpoint import latest_checkpoint
 
     run_id, run_dir = run["run_id"], Path(run["run_dir"])
-    if run_dir.is_symlink() or not run_dir.is_dir():  # a resumed run writes only into the folder it was given
-        raise InputError(str(run_dir), "run_dir", f"run {run_id}'s folder is " + (
-            "a symbolic link (it would write elsewhere): restore the folder itself" if run_dir.is_symlink()
-            else "gone: nothing to resume from; launch the plan again"))
+    if run_dir.is_symlink():  # a resumed run writes only into the folder it was given, never through a link
+        raise InputError(str(run_dir), "run_dir", f"run {run_id}'s folder is a symbolic link (it would write "
+                         "elsewhere): put the folder itself back")
     with run_lock(run_dir, store_path):
         point = latest_checkpoint(run_dir)
         if point is None:
