@@ -110,3 +110,15 @@ def test_the_ray_dashboard_listens_on_loopback_unless_the_plan_says_otherwise() 
 
     assert head({}) == ["127.0.0.1"]
     assert head({"dashboard_host": "10.0.0.5"}) == ["10.0.0.5"]
+
+
+def test_a_plan_path_with_a_line_break_stays_inside_its_comment(tmp_path: Path) -> None:
+    """The dry run names the plan in a comment: a newline in the file name must not end the comment, or the pasted
+    printout would run what follows it."""
+    canary = tmp_path / "canary"
+    launch = build_miles_launch(parse(Plan, copy.deepcopy(SEED), "p.yaml"), "p.yaml")
+    text = render_dry_run(launch, f"plans/a\ntouch {canary}\n.yaml")
+    assert all(not line.startswith("touch") for line in text.splitlines())
+    subprocess.run(["bash", "-c", "ray() { :; }\n" + text], cwd=tmp_path, env={**os.environ, "MASTER_ADDR": "x"},
+                   capture_output=True)
+    assert not canary.exists()
