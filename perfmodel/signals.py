@@ -55,7 +55,9 @@ class HeldSignals:
 
     def hold(self) -> None:
         if self._previous is None and threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._record) for s in (signal.SIGINT, signal.SIGTERM)}
+            # a signal this process was started ignoring (nohup, `cmd &` in a script) stays ignored
+            self._previous = {s: signal.signal(s, self._record) for s in (signal.SIGINT, signal.SIGTERM)
+                              if signal.getsignal(s) is not signal.SIG_IGN}
 
     def _record(self, signum: int, _frame: object) -> None:
         self.held.append(signum)

@@ -20,7 +20,7 @@ from perfmodel.invariants import PhysicsError
 from perfmodel.memo import Memo
 from perfmodel.names import BREAKDOWN_COLUMNS, breakdown_column, training_parts
 from perfmodel.schedules import ScheduleError, default_schedule
-from perfmodel.signals import die_with_parent
+from perfmodel.signals import HeldSignals, die_with_parent
 from perfmodel.signals import exit_code as signal_exit_code
 from perfmodel.sim.pipeline import PipelineStall
 from perfmodel.sweep.cache import ResultCache, result_key, row_problem
@@ -272,23 +272,28 @@ def evaluate_candidates(
 def _run_on_processes(workers: int, todo: list[tuple[int, dict[str, Any]]], chunk: int, hw: HardwareProfile,
                       model: ModelSpec, take: Callable[[list[tuple[int, dict[str, Any]]]], None],
                       length_samples: int = 1) -> None:
-    """Chunks of candidates on a process pool, at most 3 chunks queued per worker; Ctrl-C cancels the rest."""
-    with ProcessPoolExecutor(workers, initializer=_init_pool_worker, initargs=(hw, model, length_samples)) as pool:
+    """Chunks of candidates on a process pool, at most 3 chunks queued per worker. Ctrl-C or SIGTERM only sets a
+    flag here, read between short waits: an interrupt raised inside the pool's own locks (a future's condition)
+    would leave them held and hang the shutdown. Once read, the workers are killed and the signal is raised again,
+    at a safe point, for the caller to keep what was evaluated."""
+    with ProcessPoolExecutor(workers, initializer=_init_pool_worker,
+                             initargs=(hw, model, length_samples)) as pool, HeldSignals() as signals:
+        signals.hold()
         pending: set[Future] = set()
-        try:
-            for items in _chunks(todo, chunk):
-                pending.add(pool.submit(_evaluate_chunk, items))
-                while len(pending) >= workers * 3:
-                    pending = _take_finished(pending, take)
-            while pending:
+        for items in _chunks(todo, chunk):
+            if signals.held:
+                break
+            pending.add(pool.submit(_evaluate_chunk, items))
+            while len(pending) >= workers * 3 and not signals.held:
                 pending = _take_finished(pending, take)
-        except KeyboardInterrupt:
+        while pending and not signals.held:
+            pending = _take_finished(pending, take)
+        if signals.held:
             for f in pending:
                 f.cancel()
             for proc in list((pool._processes or {}).values()):  # no public way to stop a running chunk
                 proc.kill()
             pool.shutdown(wait=True, cancel_futures=True)
-            raise
 
 
 def _read_cache(cache: ResultCache | None, keys: dict[int, str], results: dict[int, dict[str, Any]]) -> int:
@@ -308,8 +313,8 @@ def _read_cache(cache: ResultCache | None, keys: dict[int, str], results: dict[i
 
 
 def _take_finished(pending: set[Future], take: Callable[[list[tuple[int, dict[str, Any]]]], None]) -> set[Future]:
-    """Hand over the chunks that finished within a short wait; the rest stay pending. The wait is short because
-    a Ctrl-C the kernel delivers to another thread (the pool's own) reaches the main thread only between waits."""
+    """Hand over the chunks that finished within a short wait (a held signal is looked at between waits); the
+    rest stay pending."""
     finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
     for f in finished:
         take(f.result())
