@@ -3,6 +3,7 @@ rank them, and write the CSV of every candidate, the summary, the top plans and 
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import time
@@ -276,6 +277,7 @@ def _run_on_processes(workers: int, todo: list[tuple[int, dict[str, Any]]], chun
     flag here, read between short waits: an interrupt raised inside the pool's own locks (a future's condition)
     would leave them held and hang the shutdown. Once read, the workers are killed and the signal is raised again,
     at a safe point, for the caller to keep what was evaluated."""
+    gc.freeze()  # the workers are forked: frozen objects are never traversed by their GC, so never copied
     with ProcessPoolExecutor(workers, initializer=_init_pool_worker,
                              initargs=(hw, model, length_samples)) as pool, HeldSignals() as signals:
         signals.hold()
@@ -294,6 +296,7 @@ def _run_on_processes(workers: int, todo: list[tuple[int, dict[str, Any]]], chun
             for proc in list((pool._processes or {}).values()):  # no public way to stop a running chunk
                 proc.kill()
             pool.shutdown(wait=True, cancel_futures=True)
+    gc.unfreeze()
 
 
 def _read_cache(cache: ResultCache | None, keys: dict[int, str], results: dict[int, dict[str, Any]]) -> int:
