@@ -90,11 +90,15 @@ def read_mapping(path: str | Path) -> dict[str, Any]:
         raise InputError(str(p), "", "file not found")
     if p.is_dir():
         raise InputError(str(p), "", "is a folder, expected a file")
+    if not p.is_file():  # a FIFO or a device (/dev/zero) would block or never end
+        raise InputError(str(p), "", "is not a regular file: give the file itself")
     try:
-        if p.stat().st_size > MAX_INPUT_BYTES:
-            raise InputError(str(p), "", f"{p.stat().st_size / 2**20:.1f} MB is larger than any input needs "
-                             f"({MAX_INPUT_BYTES // 2**20} MB at most): is it the right file?")
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as f:
+            raw = f.read(MAX_INPUT_BYTES + 1)  # never more than the limit, whatever stat says
+        if len(raw) > MAX_INPUT_BYTES:
+            raise InputError(str(p), "", f"larger than any input needs ({MAX_INPUT_BYTES // 2**20} MB at most): "
+                             "is it the right file?")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(str(p), "", f"cannot read: {err}") from None
     data = parse_text(text, str(p), p.suffix == ".json")

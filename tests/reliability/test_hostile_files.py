@@ -169,3 +169,18 @@ def test_any_value_replaced_by_a_hostile_one_loads_or_fails_in_one_line(kind: st
     key = lines[i].split(":", 1)[0]
     lines[i] = f"{key}: {value}"
     _load(kind, "\n".join(lines) + "\n", tmp_path)
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
+def test_a_path_that_is_not_a_regular_file_is_refused_unread(special: str, tmp_path: Path) -> None:
+    """/dev/zero never ends and a FIFO blocks: neither is read."""
+    import os
+
+    from perfmodel.inputs.loading import read_mapping
+
+    path = Path(special)
+    if special == "fifo":
+        path = tmp_path / "plan.yaml"
+        os.mkfifo(path)
+    with pytest.raises(InputError, match="not a regular file"):
+        read_mapping(path)
