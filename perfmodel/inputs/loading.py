@@ -68,6 +68,30 @@ def _json_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows: give a finite value")
 
 
+# control characters a name or note never needs; printed, they would drive the terminal (ESC sequences hide text,
+# make links, retitle the window). Tab and line break stay: notes are free text
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _control_character(data: Any, path: str = "") -> str | None:
+    """Where a string of `data` (a key or a value) holds a control character, or None."""
+    stack: list[tuple[Any, str]] = [(data, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if _CONTROL.search(item):
+                return where or "<top>"
+        elif isinstance(item, dict):
+            for key, value in item.items():
+                name = f"{where}.{key}" if where else str(key)
+                if isinstance(key, str) and _CONTROL.search(key):
+                    return repr(name)
+                stack.append((value, name))
+        elif isinstance(item, list):
+            stack.extend((value, f"{where}[{i}]") for i, value in enumerate(item))
+    return None
+
+
 def parse_text(text: str, source: str, json_text: bool) -> Any:
     """YAML or JSON text parsed with the rules every input obeys (no aliases, no key twice, no NaN in JSON);
     InputError naming `source` otherwise."""
@@ -76,11 +100,16 @@ def parse_text(text: str, source: str, json_text: bool) -> Any:
                          f"({MAX_INPUT_BYTES // 2**20} MB at most): is it the right file?")
     try:
         if json_text:
-            return json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_json_constant)
-        return yaml.load(text, Loader=_StrictLoader)
+            data = json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_json_constant)
+        else:
+            data = yaml.load(text, Loader=_StrictLoader)
     except (yaml.YAMLError, json.JSONDecodeError, ValueError, RecursionError) as err:
         detail = " ".join(str(err).replace(' in "<unicode string>",', " at").split())[:200]
         raise InputError(source, "", f"malformed {'JSON' if json_text else 'YAML'}: {detail}") from None
+    where = _control_character(data)
+    if where is not None:
+        raise InputError(source, where, "holds a control character (an escape sequence?): write plain text")
+    return data
 
 
 def read_mapping(path: str | Path) -> dict[str, Any]:

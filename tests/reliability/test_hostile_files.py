@@ -184,3 +184,11 @@ def test_a_path_that_is_not_a_regular_file_is_refused_unread(special: str, tmp_p
         os.mkfifo(path)
     with pytest.raises(InputError, match="not a regular file"):
         read_mapping(path)
+
+
+@pytest.mark.parametrize("kind", sorted(set(LOADERS) - {"model config"}))
+def test_an_escape_sequence_in_a_string_is_refused(kind: str, tmp_path: Path) -> None:
+    """A name that would drive the terminal when printed (ESC ] 8: a hidden link) is refused where it is read."""
+    text = LOADERS[kind][1] + 'zz_note: "x\\e]8;;https://e.vil\\e\\\\y"\n'
+    err = _load(kind, text, tmp_path)
+    assert err is not None and "control character" in str(err)
