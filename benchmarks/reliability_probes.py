@@ -52,6 +52,7 @@ g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]
 def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
     os.setsid()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as a terminal starts a command, even from a background script
 
 
 class Probe:

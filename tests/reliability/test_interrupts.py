@@ -26,8 +26,15 @@ def _start(out: Path, tmp_path: Path, nodes: str = "4-16", workers: int = 2) -> 
     log = tmp_path / f"{out.name}.log"
     proc = subprocess.Popen([sys.executable, "-m", "perfmodel.cli", "sweep", "--nodes", nodes, "--workers",
                              str(workers), "--out", str(out), "--no-report"], stdout=log.open("w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)  # a group, as a terminal makes
+                            stderr=subprocess.STDOUT, start_new_session=True,  # a group, as a terminal makes
+                            preexec_fn=_as_from_a_terminal)
     return proc, log
+
+
+def _as_from_a_terminal() -> None:
+    """Ctrl-C reaches a command a terminal starts; a suite started in the background (`cmd &` in a script, as CI
+    may) ignores SIGINT, and a process started ignoring it keeps ignoring it, as it should."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for(log: Path, text: str, timeout_s: float = 60) -> None:
