@@ -81,8 +81,11 @@ def figure(result: AlignResult, meta: dict[str, Any]) -> Any:
 
 def write_outputs(result: AlignResult, meta: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
+    from perfmodel.files import atomic_path, write_text_atomic
+
     js = out_dir / "align.json"
-    js.write_text(json.dumps({"meta": meta, **result.to_json()}, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(js, json.dumps({"meta": meta, **result.to_json()}, indent=2) + "\n")
     html = out_dir / "align.html"
-    figure(result, meta).write_html(html, include_plotlyjs=True)
+    with atomic_path(html) as tmp:
+        figure(result, meta).write_html(tmp, include_plotlyjs=True)
     return js, html

@@ -22,12 +22,27 @@ from perfmodel.report.sweep_data import load_sweep
 pytestmark = pytest.mark.xdist_group("sweep-processes")  # two workers each: one such test at a time
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_sweep_outlives_its_test():
+    """A test that fails half-way must not leave its sweep (and workers) running into the next ones."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def _start(out: Path, tmp_path: Path, nodes: str = "4-16", workers: int = 2) -> tuple[subprocess.Popen, Path]:
     log = tmp_path / f"{out.name}.log"
     proc = subprocess.Popen([sys.executable, "-m", "perfmodel.cli", "sweep", "--nodes", nodes, "--workers",
                              str(workers), "--out", str(out), "--no-report"], stdout=log.open("w"),
                             stderr=subprocess.STDOUT, start_new_session=True,  # a group, as a terminal makes
                             preexec_fn=_as_from_a_terminal)
+    _STARTED.append(proc)
     return proc, log
 
 
