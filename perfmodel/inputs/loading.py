@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 import typing
 from pathlib import Path
@@ -73,19 +74,21 @@ def _json_constant(name: str) -> Any:
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def _control_character(data: Any, path: str = "") -> str | None:
-    """Where a string of `data` (a key or a value) holds a control character, or None."""
-    stack: list[tuple[Any, str]] = [(data, path)]
+def _hostile_value(data: Any) -> tuple[str, str] | None:
+    """(where, why) for the first string of `data` (a key or a value) holding a control character, or number that
+    is not finite (YAML's .nan and .inf); None when there is none."""
+    stack: list[tuple[Any, str]] = [(data, "")]
     while stack:
         item, where = stack.pop()
-        if isinstance(item, str):
-            if _CONTROL.search(item):
-                return where or "<top>"
-        elif isinstance(item, dict):
+        if isinstance(item, str) and _CONTROL.search(item):
+            return where or "<top>", "holds a control character (an escape sequence?): write plain text"
+        if isinstance(item, float) and not math.isfinite(item):
+            return where or "<top>", f"{item} is not a finite number: give one"
+        if isinstance(item, dict):
             for key, value in item.items():
                 name = f"{where}.{key}" if where else str(key)
                 if isinstance(key, str) and _CONTROL.search(key):
-                    return repr(name)
+                    return repr(name), "holds a control character (an escape sequence?): write plain text"
                 stack.append((value, name))
         elif isinstance(item, list):
             stack.extend((value, f"{where}[{i}]") for i, value in enumerate(item))
@@ -106,9 +109,9 @@ def parse_text(text: str, source: str, json_text: bool) -> Any:
     except (yaml.YAMLError, json.JSONDecodeError, ValueError, RecursionError) as err:
         detail = " ".join(str(err).replace(' in "<unicode string>",', " at").split())[:200]
         raise InputError(source, "", f"malformed {'JSON' if json_text else 'YAML'}: {detail}") from None
-    where = _control_character(data)
-    if where is not None:
-        raise InputError(source, where, "holds a control character (an escape sequence?): write plain text")
+    hostile = _hostile_value(data)
+    if hostile is not None:
+        raise InputError(source, *hostile)
     return data
 
 

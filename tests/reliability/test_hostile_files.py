@@ -192,3 +192,13 @@ def test_an_escape_sequence_in_a_string_is_refused(kind: str, tmp_path: Path) ->
     text = LOADERS[kind][1] + 'zz_note: "x\\e]8;;https://e.vil\\e\\\\y"\n'
     err = _load(kind, text, tmp_path)
     assert err is not None and "control character" in str(err)
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_a_number_that_is_not_finite_is_refused_in_every_file(value: str, tmp_path: Path) -> None:
+    """Not only in the specs that forbid it: a hardware profile's peak rate of .inf would price every GEMM at 0 s."""
+    text = LOADERS["hardware profile"][1]
+    first = next(ln for ln in text.splitlines() if "{value: " in ln)
+    number = first.split("{value: ")[1].split(",")[0]
+    err = _load("hardware profile", text.replace(first, first.replace(number, value, 1), 1), tmp_path)
+    assert err is not None and "not a finite number" in str(err)
