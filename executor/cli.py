@@ -31,7 +31,7 @@ from typing import Any
 
 from executor.records import launched_plan
 from executor.store import find_run
-from perfmodel.errors import InputError
+from perfmodel.errors import InputError, inert
 from perfmodel.signals import exit_code, handle_sigterm
 
 STORE_HELP = "SQLite store (default: $EXECUTOR_STORE, or $XDG_DATA_HOME/perfmodel/executor.sqlite)"
@@ -162,22 +162,28 @@ def _runs(args: argparse.Namespace) -> int:
     store = _open_store(args.store)
     rows = store.runs()
     if not rows:
-        print("no runs")
+        _say("no runs")
         return 0
-    print(f"{'run':44} {'status':9} {'steps':>5} {'hardware':10} {'layout':22} started")
+    _say(f"{'run':44} {'status':9} {'steps':>5} {'hardware':10} {'layout':22} started")
     for r in rows:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started_at"]))
-        print(f"{r['run_id']:44} {r['status']:9} {r['steps']:>5} {r['hardware']:10} {r['layout']:22} {started}")
+        _say(f"{r['run_id']:44} {r['status']:9} {r['steps']:>5} {r['hardware']:10} {r['layout']:22} {started}")
     return 0
+
+
+def _say(*parts: object, **kwargs: Any) -> None:
+    """print for what the store holds (ids, hardware, paths, versions): control characters shown escaped, so a
+    store written by anything else cannot drive the terminal."""
+    print(*(inert(str(p)) for p in parts), **kwargs)
 
 
 def _say_damaged(store: Any, run: dict[str, Any]) -> None:
     """One line for what the store holds damaged (set aside while reading: the rest is shown)."""
     if run.get("damaged"):
-        print(f"warning: {store.path}: run {run['run_id']}: {', '.join(run['damaged'])} damaged, read as empty",
+        _say(f"warning: {store.path}: run {run['run_id']}: {', '.join(run['damaged'])} damaged, read as empty",
               file=sys.stderr)
     if store.damaged:
-        print(f"warning: {store.path}: {len(store.damaged)} damaged step record(s) skipped ({store.damaged[0]}"
+        _say(f"warning: {store.path}: {len(store.damaged)} damaged step record(s) skipped ({store.damaged[0]}"
               + (", ..." if len(store.damaged) > 1 else "") + ")", file=sys.stderr)
 
 
@@ -229,31 +235,31 @@ def _show(args: argparse.Namespace) -> int:
     steps = store.steps(run["run_id"])
     _say_damaged(store, run)
     info = run["info"]
-    print(f"run {run['run_id']}  plan {run['plan_id']} (sha256 {run['plan_hash']})  status {run['status']}")
-    print(f"hardware {run['hardware']}  layout {run['layout']}  host {run['environment'].get('host')}  "
+    _say(f"run {run['run_id']}  plan {run['plan_id']} (sha256 {run['plan_hash']})  status {run['status']}")
+    _say(f"hardware {run['hardware']}  layout {run['layout']}  host {run['environment'].get('host')}  "
           f"run dir {run['run_dir']}")
     pk = run["environment"].get("packages", {})
-    print("versions " + ", ".join(f"{k} {v}" for k, v in pk.items() if v))
+    _say("versions " + ", ".join(f"{k} {v}" for k, v in pk.items() if v))
     if "engine_start_s" in info:
         how = f" ({info['engine_start_method']})" if "engine_start_method" in info else ""
-        print(f"engine start {info['engine_start_s']:.1f} s{how}; rollout weights: {info.get('engine_weight_format')}; "
+        _say(f"engine start {info['engine_start_s']:.1f} s{how}; rollout weights: {info.get('engine_weight_format')}; "
               f"weight update mode {info.get('weight_update_mode')}")
     if not steps:
-        print("no steps recorded")
+        _say("no steps recorded")
         return 0
     plan = launched_plan(run)
     if plan is not None and plan.priced_with is not None:  # what the prediction assumed: compare like with like
         pw = plan.priced_with
         cal = plan.calibration
-        print(f"predicted with stack {pw.stack} on {pw.hardware}, calibration {cal.name}"
+        _say(f"predicted with stack {pw.stack} on {pw.hardware}, calibration {cal.name}"
               + (" (" + ", ".join(f"{k}={v:.4g}" for k, v in cal.params.items()) + ")" if cal.params else ""))
     band = plan.band if plan is not None else {}
     host = _host_prediction(run, plan, steps, args.store)
-    print(f"\n{len(steps)} steps; per phase: measured median, mean, max vs the plan's prediction"
+    _say(f"\n{len(steps)} steps; per phase: measured median, mean, max vs the plan's prediction"
           " (- : not predicted, or not applicable on this machine)"
           + ("; 'this host': the plan re-priced with the host's measured matmul rate and the run's workload"
              if host else ""))
-    print(f"{'phase':15} {'median':>10} {'mean':>10} {'max':>10} {'predicted':>12}"
+    _say(f"{'phase':15} {'median':>10} {'mean':>10} {'max':>10} {'predicted':>12}"
           + (f" {'P10-P90':>19}" if band else "") + (f" {'this host':>10}" if host else ""))
     for phase in PHASES:
         vals = [v for v in (s["phases_s"].get(phase) for s in steps) if v is not None]
@@ -261,20 +267,20 @@ def _show(args: argparse.Namespace) -> int:
         pred = run["predicted"].get(metric, None)
         med, mean, top = ((statistics.median(vals), statistics.fmean(vals), max(vals)) if vals else (None, None, None))
         lohi = band.get(metric)
-        print(f"{phase:15} {_fmt(med):>10} {_fmt(mean):>10} {_fmt(top):>10} {_fmt(pred):>12}"
+        _say(f"{phase:15} {_fmt(med):>10} {_fmt(mean):>10} {_fmt(top):>10} {_fmt(pred):>12}"
               + ((f" {_fmt(lohi[0]):>9}-{_fmt(lohi[1]):<9}" if lohi else f" {'-':>19}") if band else "")
               + (f" {_fmt(host.get(metric)):>10}" if host else ""))
     engine_rss = max((s["peak_rss_bytes"].get("engine", 0) for s in steps), default=0)
     trainer_rss = max((v for s in steps for k, v in s["peak_rss_bytes"].items() if k.startswith("rank")), default=0)
     if trainer_rss or engine_rss:
-        print(f"peak RSS: trainer rank max {trainer_rss / 2**30:.2f} GiB, SGLang engine processes "
+        _say(f"peak RSS: trainer rank max {trainer_rss / 2**30:.2f} GiB, SGLang engine processes "
               f"{engine_rss / 2**30:.2f} GiB")
-    print(f"\n{'step':>4} {'step_s':>7} {'reward':>7} {'abs_diff':>9} {'kl':>9} {'lp_mean':>8} "
+    _say(f"\n{'step':>4} {'step_s':>7} {'reward':>7} {'abs_diff':>9} {'kl':>9} {'lp_mean':>8} "
           f"{'grad_norm':>9} {'rss_max':>9}")
     for s in steps:
         rss = max(s["peak_rss_bytes"].values(), default=0) / 2**30
         step_s = s["phases_s"].get("step")
-        print(f"{s['step']:>4} {float('nan') if step_s is None else step_s:7.2f} {s['reward_mean']:7.3f} "
+        _say(f"{s['step']:>4} {float('nan') if step_s is None else step_s:7.2f} {s['reward_mean']:7.3f} "
               f"{s['train_rollout_logprob_abs_diff']:9.4f} {s['train_rollout_kl']:9.5f} "
               f"{s.get('rollout_log_prob_mean', float('nan')):8.3f} "
               f"{s['train_stats'].get('grad_norm', float('nan')):9.3f} {rss:8.2f}G")
@@ -282,10 +288,10 @@ def _show(args: argparse.Namespace) -> int:
 
     rows = comparison(store, run, steps, plan)
     if rows:
-        print("\n" + summary_line(rows))
+        _say("\n" + summary_line(rows))
     if args.figure:
         write_figure(rows, args.figure)
-        print(f"wrote {args.figure}")
+        _say(f"wrote {args.figure}")
     return 0
 
 

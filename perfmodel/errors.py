@@ -1,6 +1,19 @@
-"""The one error type people see: names the file, the field and the fix."""
+"""The one error type people see: names the file, the field and the fix; and `inert`, for any text from a file or a
+store that reaches the terminal."""
 
 from __future__ import annotations
+
+import re
+
+# control characters no name or note needs; printed, they drive the terminal (ESC sequences hide text, make links)
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def inert(text: str, keep_lines: bool = True) -> str:
+    """`text` safe to print: control characters shown escaped (`\\x1b`); tab and line break kept unless
+    `keep_lines` is False (a line that must stay one line: a comment in a printout meant for pasting)."""
+    pattern = CONTROL_CHARACTERS if keep_lines else re.compile(r"[\x00-\x1f\x7f-\x9f]")
+    return pattern.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 class InputError(Exception):

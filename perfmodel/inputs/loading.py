@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from perfmodel.errors import InputError
+from perfmodel.errors import CONTROL_CHARACTERS, InputError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -69,9 +69,7 @@ def _json_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows: give a finite value")
 
 
-# control characters a name or note never needs; printed, they would drive the terminal (ESC sequences hide text,
-# make links, retitle the window). Tab and line break stay: notes are free text
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = CONTROL_CHARACTERS  # tab and line break stay: notes are free text
 
 
 def _hostile_value(data: Any) -> tuple[str, str] | None:

@@ -105,3 +105,16 @@ def test_resume_never_follows_a_run_folder_that_is_a_link(tmp_path: Path) -> Non
     with pytest.raises(InputError, match="symbolic link"):
         resume(None, {"run_id": "r1", "run_dir": str(link)}, tmp_path / "store.sqlite", 5)  # type: ignore[arg-type]
     assert not any(elsewhere.iterdir())
+
+
+def test_store_strings_reach_the_terminal_inert(tmp_path: Path, capsys) -> None:
+    """A store written by anything else may hold escape sequences: `executor runs` and `show` print them escaped."""
+    path = tmp_path / "store.sqlite"
+    _store_with_steps(path, 1).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE runs SET hardware = ?, layout = ? WHERE run_id = 'r1'",
+                   ("cpu\x1b]8;;https://e.vil\x1b\\x", "TP1\x1b[2J"))
+    assert main(["runs", "--store", str(path)]) == 0
+    assert main(["show", "r1", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b]8;;https://e.vil" in out

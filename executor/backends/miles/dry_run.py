@@ -7,6 +7,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from executor.backends.miles.launch import MODEL_ARGS_PLACEHOLDER, MilesLaunch
+from perfmodel.errors import inert
 
 
 def _word(tok: str) -> str:
@@ -31,7 +32,7 @@ def _cmd(argv: Sequence[str], indent: str = "  ") -> str:
 def _inert(text: str) -> str:
     """A comment line stays one line: a control character (a newline in a file name or a value) is shown escaped,
     so nothing after it can become a command when the printout is pasted."""
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+    return inert(text, keep_lines=False)
 
 
 def render_dry_run(launch: MilesLaunch, plan_path: str = "", environ: Mapping[str, str] | None = None) -> str:
