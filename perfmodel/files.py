@@ -43,11 +43,6 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
-
-
 def _sync_folder(folder: Path) -> None:
     with contextlib.suppress(OSError):  # not every filesystem lets a folder be opened for fsync
         fd = os.open(folder, os.O_RDONLY)

@@ -186,8 +186,7 @@ def _prune_reasons(rows: list[dict[str, Any]]) -> str:
     """The commonest reasons candidates were not ranked, for the one line of an empty sweep."""
     from collections import Counter
 
-    common = Counter(str(r.get("reason", "")).split(":")[0] + ": " + str(r.get("reason", "")).split(":", 1)[-1][:60]
-                     for r in rows if r.get("status") != "ok").most_common(2)
+    common = Counter(str(r.get("reason", ""))[:80] for r in rows if r.get("status") != "ok").most_common(2)
     if not common:  # every candidate simulated: the objective's limit excluded them
         return "every simulated plan misses the objective's limit (target_step_time_s)"
     return "; ".join(f"{n:,} x {why.strip()}" for why, n in common)

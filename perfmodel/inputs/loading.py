@@ -69,23 +69,20 @@ def _json_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows: give a finite value")
 
 
-_CONTROL = CONTROL_CHARACTERS  # tab and line break stay: notes are free text
-
-
 def _hostile_value(data: Any) -> tuple[str, str] | None:
     """(where, why) for the first string of `data` (a key or a value) holding a control character, or number that
     is not finite (YAML's .nan and .inf); None when there is none."""
     stack: list[tuple[Any, str]] = [(data, "")]
     while stack:
         item, where = stack.pop()
-        if isinstance(item, str) and _CONTROL.search(item):
+        if isinstance(item, str) and CONTROL_CHARACTERS.search(item):
             return where or "<top>", "holds a control character (an escape sequence?): write plain text"
         if isinstance(item, float) and not math.isfinite(item):
             return where or "<top>", f"{item} is not a finite number: give one"
         if isinstance(item, dict):
             for key, value in item.items():
                 name = f"{where}.{key}" if where else str(key)
-                if isinstance(key, str) and _CONTROL.search(key):
+                if isinstance(key, str) and CONTROL_CHARACTERS.search(key):
                     return repr(name), "holds a control character (an escape sequence?): write plain text"
                 stack.append((value, name))
         elif isinstance(item, list):
