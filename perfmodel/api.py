@@ -80,7 +80,7 @@ def simulate(run: RunLike, *, calibration: CalibrationLike = None, trace: bool =
 @dataclass
 class Ranking:
     """A sweep's result: the top rows (plans predicting the same grouped: `equal_plans`, `equal_knobs`), each with
-    its `plan_path`; every candidate's row (`outcome.rows`, also OUT/candidates.csv) and the files written."""
+    its `plan_path`; the counts (`outcome`: every candidate's row is in OUT/candidates.csv) and the files written."""
 
     spec: SweepSpec
     out: Path
@@ -134,7 +134,7 @@ def sweep(spec: SweepSpec | str | PathLike | None = None, *, spec_path: str = ""
     from perfmodel.sweep.cache import ResultCache, default_cache_path
     from perfmodel.sweep.folder import write_sweep_folder
     from perfmodel.sweep.run import evaluate_candidates
-    from perfmodel.sweep.space import check_job, select_candidates
+    from perfmodel.sweep.space import check_job, enumerate_candidates, select_candidates
 
     spec, spec_path, hw, cal, model = _sweep_inputs(spec, spec_path, calibration)
     moe = [layer.ffn for layer in model.layers if layer.ffn.kind == "moe"]
@@ -142,30 +142,32 @@ def sweep(spec: SweepSpec | str | PathLike | None = None, *, spec_path: str = ""
     with FolderLock(out_dir):
         if (out_dir / "candidates.csv").exists():  # never overwrite an earlier sweep's results
             raise InputError(str(out_dir), "--out", "holds an earlier sweep's results; choose another folder")
-        candidates = select_candidates(spec, spec_path, hw.gpus_per_node, moe[0].num_experts if moe else 0,
-                                       model.num_layers, sample)
-        check_job(candidates[0].run, spec_path)
+        sizes = (hw.gpus_per_node, moe[0].num_experts if moe else 0, model.num_layers)
+        total, candidates = select_candidates(spec, spec_path, *sizes, sample)
+        check_job(next(enumerate_candidates(spec, *sizes)).run, spec_path)
         if on_start:
-            on_start(len(candidates), out_dir)
+            on_start(total, out_dir)
         result_cache = ResultCache(default_cache_path()) if cache else None
         model_key = json.dumps(spec.model.model_dump(), sort_keys=True)
         with HeldSignals() as held:  # from the end of evaluation (or its interrupt) until the folder is written
             try:
                 outcome = evaluate_candidates(spec, candidates, hw, model, model_key, workers=workers,
                                               ray_address=ray_address, cache=result_cache, progress=progress,
-                                              on_evaluated=held.hold)
+                                              on_evaluated=held.hold, total=total)
             finally:
                 if result_cache:
                     result_cache.close()
-            top_rows, files = write_sweep_folder(out_dir, spec, spec_path, candidates, outcome, hw, cal, top=top,
-                                                 band=band)
+            try:
+                top_rows, files = write_sweep_folder(out_dir, spec, spec_path, outcome, hw, cal, top=top, band=band)
+            finally:
+                outcome.rows.close()
         html = None
         if report and top_rows and not outcome.interrupted:
             from perfmodel.report.capacity import build_report
 
             html = Path(build_report(out_dir, out_html=out_dir / "report.html"))
             files.append(html)
-    return Ranking(spec, out_dir, len(candidates), outcome, top_rows, html, files)
+    return Ranking(spec, out_dir, outcome.candidates, outcome, top_rows, html, files)
 
 
 @dataclass

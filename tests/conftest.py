@@ -59,6 +59,17 @@ def host_busy() -> str:
     return f"a busy loop got {share:.0%} of a core" if share < 0.75 else ""
 
 
+def sweep_rows(outcome: object, folder: Path) -> list[dict]:
+    """Every row of an evaluated sweep, typed as the capacity report reads them: the outcome keeps only the top
+    rows in memory (perfmodel/sweep/collect.py), so the CSV is written to `folder` and read back."""
+    from perfmodel.report.sweep_data import read_candidates
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "candidates.csv"
+    outcome.rows.write_csv(path)  # type: ignore[attr-defined]
+    return read_candidates(path)
+
+
 def write_yaml(path: Path, data: dict) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

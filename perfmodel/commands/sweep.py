@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import shlex
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import InputError
+from perfmodel.inputs.bounds import MAX_TOP_PLANS
 
 MAX_WORKERS = 256  # local processes: more than any host here has cores
-MAX_TOP = 1000  # plans written and printed
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,8 +67,8 @@ def _sweep_spec(args: argparse.Namespace) -> tuple[str, Any]:
         updates["length_samples"] = args.length_samples
     if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
         raise InputError("--workers", "", f"{args.workers}: give 1 to {MAX_WORKERS} processes")
-    if args.top is not None and not 1 <= args.top <= MAX_TOP:
-        raise InputError("--top", "", f"{args.top}: give 1 to {MAX_TOP} plans")
+    if args.top is not None and not 1 <= args.top <= MAX_TOP_PLANS:
+        raise InputError("--top", "", f"{args.top}: give 1 to {MAX_TOP_PLANS} plans")
     if updates:
         spec = spec.model_copy(update=updates)
         if spec.objective == "cost" and spec.target_step_time_s is None:
@@ -177,16 +178,14 @@ def run(args: argparse.Namespace) -> int:
                       + f"\n  {shlex.join(['executor', 'launch', '--plan', best, '--dry-run'])}  (what would run; "
                       "without --dry-run, it runs)", soft_wrap=True)
     if not top_rows and not outcome.interrupted:
-        raise InputError(spec_path, "job", "no candidate plan is feasible: " + _prune_reasons(outcome.rows)
+        raise InputError(spec_path, "job", "no candidate plan is feasible: " + _prune_reasons(outcome.rows.reasons)
                          + f"; every candidate's reason is in {out / 'candidates.csv'}")
     return outcome.exit_code if outcome.interrupted else 0
 
 
-def _prune_reasons(rows: list[dict[str, Any]]) -> str:
+def _prune_reasons(reasons: Counter[str]) -> str:
     """The commonest reasons candidates were not ranked, for the one line of an empty sweep."""
-    from collections import Counter
-
-    common = Counter(str(r.get("reason", ""))[:80] for r in rows if r.get("status") != "ok").most_common(2)
+    common = reasons.most_common(2)
     if not common:  # every candidate simulated: the objective's limit excluded them
         return "every simulated plan misses the objective's limit (target_step_time_s)"
     return "; ".join(f"{n:,} x {why.strip()}" for why, n in common)

@@ -14,4 +14,8 @@ MAX_MICRO_BATCHES = 2**16  # micro-batches per pipeline per step (each a simulat
 MAX_LAYERS = 1024  # decoder layers (the largest published models: ~130)
 MAX_EXPERTS = 2**14  # routed experts per MoE layer (published: <= 512)
 MAX_CONFIG_INT = 2**24  # any other integer of a model config (hidden size, vocabulary, heads, ...)
-MAX_SWEEP_CANDIDATES = 200_000  # candidate plans one sweep enumerates (the default 4-64 node sweep: ~31,000)
+# candidate plans one sweep enumerates (the default 4-64 node sweep: 69,648). Sweeps stream, so this bounds time, not
+# memory (benchmarks/bench_sweep_memory.py): about 3 minutes on 2 cores, and a Ctrl-C that writes every candidate's
+# row within 10 s
+MAX_SWEEP_CANDIDATES = 200_000
+MAX_TOP_PLANS = 1000  # plans a sweep writes and prints, rows a capacity report shows (--top)

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import html
 import json
-import re
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import InputError
 from perfmodel.files import write_text_atomic
+from perfmodel.inputs.bounds import MAX_TOP_PLANS
 
 DEFAULT_TOP = 20
 REPORT_NAME = "report.html"
@@ -41,9 +40,9 @@ def build_report(sweep_dir: str | Path, out_html: str | Path | None = None, png_
     """
     from perfmodel.report.sweep_data import load_sweep
 
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise InputError("--top", "", f"must be a whole number >= 1, got {top!r}")
-    data = load_sweep(sweep_dir, measurements)
+    if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= MAX_TOP_PLANS:
+        raise InputError("--top", "", f"must be a whole number from 1 to {MAX_TOP_PLANS}, got {top!r}")
+    data = load_sweep(sweep_dir, measurements, keep=top)
     out = Path(out_html) if out_html else data.folder / REPORT_NAME
     if out.is_dir():
         raise InputError(str(out), "--out", "is a folder; give the HTML file to write")
@@ -113,9 +112,9 @@ OBJECTIVE_TEXT = {"step_time": "shortest predicted RL step time",
 
 # ------------------------------------------------------------------------------------------------- sections
 def _overview(data: Any) -> str:
-    rows = data.rows
+    d = data.digest
     s = data.summary
-    by_status = Counter(r["status"] for r in rows)
+    by_status = d.statuses
     spec = s.get("spec") if isinstance(s.get("spec"), dict) else {}
     lines = []
     if spec:
@@ -123,19 +122,14 @@ def _overview(data: Any) -> str:
     elapsed = s.get("elapsed_s")
     el = f" in {elapsed:,.1f} s" if isinstance(elapsed, (int, float)) and not isinstance(elapsed, bool) else ""
     lines.append(
-        f"<p>{len(rows):,} candidate layouts: <b>{by_status['ok']:,} simulated</b>, {by_status['pruned']:,} pruned "
+        f"<p>{d.candidates:,} candidate layouts: <b>{by_status['ok']:,} simulated</b>, {by_status['pruned']:,} pruned "
         f"before simulation (layout rules or memory), {by_status['failed']:,} failed in the simulator{el}. "
         f"Ranked by objective <b>{_e(data.objective)}</b> ({_e(OBJECTIVE_TEXT.get(data.objective, ''))}).</p>")
-    # per node count
-    nodes = sorted({r["nodes"] for r in rows})
     trs = []
-    for n in nodes:
-        rs = [r for r in rows if r["nodes"] == n]
-        c = Counter(r["status"] for r in rs)
-        ok = [r for r in rs if r["status"] == "ok"]
-        best = min(ok, key=lambda r: (r["rank"], r["index"])) if ok else None
-        trs.append(f"<tr><td class=num>{n}</td><td class=num>{rs[0]['gpus'] if rs else ''}</td>"
-                   f"<td class=num>{len(rs)}</td><td class=num>{c['ok']}</td><td class=num>{c['pruned']}</td>"
+    for n, node in sorted(d.nodes.items()):
+        c, best = node.statuses, node.best
+        trs.append(f"<tr><td class=num>{n}</td><td class=num>{node.gpus}</td>"
+                   f"<td class=num>{node.candidates}</td><td class=num>{c['ok']}</td><td class=num>{c['pruned']}</td>"
                    f"<td class=num>{c['failed']}</td>"
                    f"<td class=num>{_f(best['step_time_s']) if best else '–'}</td>"
                    f"<td>{_e(best['label']) if best else 'no layout fits'}</td></tr>")
@@ -143,14 +137,7 @@ def _overview(data: Any) -> str:
                  "<th>pruned</th><th>failed</th><th>best step (s)</th><th>best layout</th></tr></thead><tbody>"
                  + "".join(trs) + "</tbody></table>")
     # why candidates were pruned (numbers blanked so that "needs 92.1 GB" and "needs 95.3 GB" count together)
-    reasons: Counter[str] = Counter()
-    example: dict[str, str] = {}
-    for r in rows:
-        if r["status"] in ("pruned", "failed"):
-            why = r["reason"] or "(no reason given)"
-            key = f"{r['status']}: " + re.sub(r"\d+(?:\.\d+)?", "#", why)
-            reasons[key] += 1
-            example.setdefault(key, why)
+    reasons, example = d.reasons, d.reason_examples
     if reasons:
         items = "".join(f"<tr><td class=num>{n:,}</td><td>{_e(example[k])}"
                         + (" <span class=muted>(and similar)</span>" if n > 1 and "#" in k else "") + "</td></tr>"
@@ -211,7 +198,7 @@ def _render(data: Any, top: int) -> tuple[dict[str, Any], str]:
     from perfmodel.version import __version__
 
     top_rows = data.top(top)
-    n_ok = len(data.ok_rows)
+    n_ok = data.digest.statuses["ok"]
     figs: dict[str, Any] = {}
     body: dict[str, str] = {}
 

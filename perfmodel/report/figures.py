@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from perfmodel.names import BREAKDOWN, breakdown_column
 from perfmodel.report.sweep_data import TraceData
+from perfmodel.report.sweep_digest import family
 
 GB = 1e9
 
@@ -54,13 +55,6 @@ def _base_layout(fig: go.Figure, height: int, **kw: Any) -> go.Figure:
 def short_label(r: dict[str, Any], width: int = 60) -> str:
     text = f"#{r['rank']} {r['label']}"
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def family(r: dict[str, Any]) -> str:
-    """Layout family for the capacity curve: placement x sync/async (RL), or 'training only'."""
-    if not r.get("placement"):
-        return "training only"
-    return f"{r['placement']} · {'async' if r.get('async') else 'sync'}"
 
 
 def _v(x: float | None, scale: float = 1.0) -> float | None:

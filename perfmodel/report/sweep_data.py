@@ -1,22 +1,24 @@
 """Read one sweep output folder (candidates.csv, summary.json, best_trace.json, measured.json) for the report.
 
 Every problem with the files is an `InputError(path, field, fix)`: a missing folder or file, a malformed CSV or
-JSON, an unknown or missing column, a value that is not a number. No pandas: the CSV is small (one row per
-candidate) and the standard `csv` module keeps the dependency list short.
+JSON, an unknown or missing column, a value that is not a number. No pandas: the CSV is read one row at a time with
+the standard `csv` module (a sweep's CSV can hold 10^5 rows and more), which keeps the dependency list short.
 """
 
 from __future__ import annotations
 
 import csv
-import io
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import InputError
+from perfmodel.inputs.bounds import MAX_TOP_PLANS
 from perfmodel.inputs.loading import parse_text
 from perfmodel.names import BREAKDOWN_COLUMNS
+from perfmodel.report.sweep_digest import SweepDigest, digest_rows
 
 # The candidates.csv contract written by `perfmodel sweep`. Every column is required; an extra column is an error
 # (it means the writer and the report disagree and a figure might silently miss data). Update this list when the
@@ -60,7 +62,7 @@ class TraceData:
 @dataclass(slots=True)
 class SweepData:
     folder: Path
-    rows: list[dict[str, Any]]  # one dict per candidate; numbers are int / float / None, bools are bool / None
+    digest: SweepDigest  # counts over every row, and the rows the report shows (sweep_digest.py)
     summary: dict[str, Any]
     trace: TraceData | None
     trace_note: str  # why there is no trace, or ""
@@ -70,11 +72,18 @@ class SweepData:
     notes: list[str] = field(default_factory=list)  # data problems worth telling the reader (not fatal)
 
     @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows kept whole (numbers are int / float / None, bools bool / None): the best ranked ones, the
+        best of each node count and layout family, the first of each node count. Every row: `iter_candidates`."""
+        return self.digest.kept_rows
+
+    @property
     def ok_rows(self) -> list[dict[str, Any]]:
-        return sorted((r for r in self.rows if r["status"] == "ok"), key=lambda r: (r["rank"], r["index"]))
+        """The best simulated rows kept (up to `load_sweep`'s `keep`), best first."""
+        return self.digest.top
 
     def top(self, n: int) -> list[dict[str, Any]]:
-        return self.ok_rows[:n]
+        return self.digest.top[:n]
 
 
 # --------------------------------------------------------------------------------------------------------- CSV
@@ -110,28 +119,46 @@ def _parse_bool(text: str, src: str, fld: str) -> bool | None:
     raise InputError(src, fld, f"expected 0 or 1, got {text[:40]!r}")
 
 
-def read_candidates(path: Path) -> list[dict[str, Any]]:
+def iter_candidates(path: Path) -> Iterator[dict[str, Any]]:
+    """The rows of a candidates.csv, parsed and checked one at a time (a sweep's CSV may hold 10^5 rows or more:
+    it is never read whole)."""
     src = str(path)
     if not path.is_file():
         raise InputError(src, "", "file not found; is this the output folder of `perfmodel sweep`?")
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as err:
+        f = path.open(encoding="utf-8-sig", newline="")
+    except OSError as err:
         raise InputError(src, "", f"cannot read: {err}") from None
-    table: list[list[str]] = []
-    line_nos: list[int] = []  # the file line each record starts on (a quoted field may span lines)
-    reader = csv.reader(io.StringIO(text, newline=""))
-    try:
-        start = 1
-        for rec in reader:
-            table.append(rec)
-            line_nos.append(start)
-            start = reader.line_num + 1
-    except csv.Error as err:
-        raise InputError(src, f"line {reader.line_num}", f"malformed CSV: {err}") from None
-    if not table or not any(c.strip() for c in table[0]):
+    with f:
+        reader = csv.reader(f)
+        try:
+            header = _header(next(reader, []), src)
+            indices: set[int] = set()
+            start = reader.line_num + 1  # the file line a record starts on (a quoted field may span lines)
+            for cells in reader:
+                line_no, start = start, reader.line_num + 1
+                if not cells or all(not c.strip() for c in cells):
+                    continue  # blank line
+                row = _parse_row(header, cells, src, line_no)
+                if row["index"] in indices:
+                    raise InputError(src, f"line {line_no}: index", f"index {row['index']} appears twice")
+                indices.add(row["index"])
+                yield row
+        except csv.Error as err:
+            raise InputError(src, f"line {reader.line_num}", f"malformed CSV: {err}") from None
+        except (OSError, UnicodeDecodeError) as err:
+            raise InputError(src, "", f"cannot read: {err}") from None
+
+
+def read_candidates(path: Path) -> list[dict[str, Any]]:
+    """Every row of a candidates.csv (a small one: `iter_candidates` reads any size)."""
+    return list(iter_candidates(path))
+
+
+def _header(cells: list[str], src: str) -> list[str]:
+    if not cells or not any(c.strip() for c in cells):
         raise InputError(src, "", "empty file; expected a header row with the sweep's columns")
-    header = [c.strip() for c in table[0]]
+    header = [c.strip() for c in cells]
     seen: set[str] = set()
     for col in header:
         if col in seen:
@@ -144,81 +171,38 @@ def read_candidates(path: Path) -> list[dict[str, Any]]:
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise InputError(src, missing[0], f"required column is missing{more}; rerun `perfmodel sweep`")
-    rows: list[dict[str, Any]] = []
-    indices: set[int] = set()
-    for line_no, cells in zip(line_nos[1:], table[1:]):
-        if not cells or all(not c.strip() for c in cells):
-            continue  # blank line
-        if len(cells) != len(header):
-            raise InputError(src, f"line {line_no}", f"has {len(cells)} fields, the header has {len(header)}")
-        raw = {h: c.strip() for h, c in zip(header, cells)}
-        row: dict[str, Any] = {}
-        for col in COLUMNS:
-            fld = f"line {line_no}: {col}"
-            v = raw.get(col, OPTIONAL_COLUMNS.get(col, ""))
-            if col in NOT_EMPTY and v == "":
-                raise InputError(src, fld, "must not be empty")
-            if col in INT_COLUMNS:
-                row[col] = _parse_int(v, src, fld)
-            elif col in BOOL_COLUMNS:
-                row[col] = _parse_bool(v, src, fld)
-            elif col in FLOAT_COLUMNS:
-                row[col] = _parse_float(v, src, fld)
-            else:
-                row[col] = v
-        if row["status"] not in STATUSES:
-            raise InputError(src, f"line {line_no}: status", f"must be one of {', '.join(STATUSES)}, "
-                             f"got {row['status'][:40]!r}")
-        if row["placement"] not in PLACEMENTS:
-            raise InputError(src, f"line {line_no}: placement", "must be colocated, disaggregated or empty, "
-                             f"got {row['placement'][:40]!r}")
-        if row["nodes"] < 1 or row["gpus"] < 1:
-            raise InputError(src, f"line {line_no}: nodes", "nodes and gpus must be >= 1")
-        if row["index"] in indices:
-            raise InputError(src, f"line {line_no}: index", f"index {row['index']} appears twice")
-        indices.add(row["index"])
-        if row["status"] == "ok" and row["step_time_s"] is None:
-            raise InputError(src, f"line {line_no}: step_time_s", "an ok (simulated) candidate needs a step time")
-        rows.append(row)
-    return rows
+    return header
 
 
-def _fill_ranks(rows: list[dict[str, Any]], objective: str, notes: list[str]) -> None:
-    """Keep the sweep's ranks; rank ok rows that lack one by the objective (and say so)."""
-    ok = [r for r in rows if r["status"] == "ok"]
-    if all(r["rank"] is not None for r in ok):
-        return
-
-    def key(r: dict[str, Any]) -> tuple[int, float, float]:
-        if r["rank"] is not None:
-            return (0, float(r["rank"]), 0.0)
-        if objective == "tokens_per_gpu" and r["tokens_per_s_per_gpu"] is not None:
-            return (1, -r["tokens_per_s_per_gpu"], r["index"])
-        if objective == "cost" and r["gpu_hours_per_step"] is not None:
-            return (1, r["gpu_hours_per_step"], r["index"])
-        if objective == "p90_step_time" and r["step_time_p90_s"] is not None:
-            return (1, r["step_time_p90_s"], r["index"])
-        return (1, r["step_time_s"], r["index"])
-
-    missing = sum(r["rank"] is None for r in ok)
-    for i, r in enumerate(sorted(ok, key=key), start=1):
-        r["rank"] = i
-    notes.append(f"{missing} simulated candidate(s) had no rank in {CANDIDATES}; the report ranked them by the "
-                 f"objective ({objective}).")
-
-
-def _check_breakdown(rows: list[dict[str, Any]], notes: list[str]) -> None:
-    off = []
-    for r in rows:
-        if r["status"] != "ok":
-            continue
-        parts = [r[c] for c in BREAKDOWN_COLUMNS if r[c] is not None]
-        if parts and abs(sum(parts) - r["step_time_s"]) > max(1e-3, 0.01 * r["step_time_s"]):
-            off.append(r["index"])
-    if off:
-        shown = ", ".join(map(str, off[:8])) + (" ..." if len(off) > 8 else "")
-        notes.append(f"The breakdown columns do not sum to the step time (more than 1% apart) for {len(off)} "
-                     f"candidate(s): index {shown}. The stacked bars show the columns as written.")
+def _parse_row(header: list[str], cells: list[str], src: str, line_no: int) -> dict[str, Any]:
+    if len(cells) != len(header):
+        raise InputError(src, f"line {line_no}", f"has {len(cells)} fields, the header has {len(header)}")
+    raw = {h: c.strip() for h, c in zip(header, cells)}
+    row: dict[str, Any] = {}
+    for col in COLUMNS:
+        fld = f"line {line_no}: {col}"
+        v = raw.get(col, OPTIONAL_COLUMNS.get(col, ""))
+        if col in NOT_EMPTY and v == "":
+            raise InputError(src, fld, "must not be empty")
+        if col in INT_COLUMNS:
+            row[col] = _parse_int(v, src, fld)
+        elif col in BOOL_COLUMNS:
+            row[col] = _parse_bool(v, src, fld)
+        elif col in FLOAT_COLUMNS:
+            row[col] = _parse_float(v, src, fld)
+        else:
+            row[col] = v
+    if row["status"] not in STATUSES:
+        raise InputError(src, f"line {line_no}: status", f"must be one of {', '.join(STATUSES)}, "
+                         f"got {row['status'][:40]!r}")
+    if row["placement"] not in PLACEMENTS:
+        raise InputError(src, f"line {line_no}: placement", "must be colocated, disaggregated or empty, "
+                         f"got {row['placement'][:40]!r}")
+    if row["nodes"] < 1 or row["gpus"] < 1:
+        raise InputError(src, f"line {line_no}: nodes", "nodes and gpus must be >= 1")
+    if row["status"] == "ok" and row["step_time_s"] is None:
+        raise InputError(src, f"line {line_no}: step_time_s", "an ok (simulated) candidate needs a step time")
+    return row
 
 
 # -------------------------------------------------------------------------------------------------------- JSON
@@ -325,39 +309,46 @@ def read_measurements(data: Any, src: str) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------------ the folder
-def completeness_notes(summary: dict[str, Any], rows: list[dict[str, Any]], csv_path: Path) -> list[str]:
+def completeness_notes(summary: dict[str, Any], digest: SweepDigest, csv_path: Path) -> list[str]:
     """Whether the folder holds a whole sweep: an interrupted one is said; a CSV with fewer rows than the summary
     counts (cut short outside the tools, which write it atomically) is refused, never shown as the whole sweep."""
-    counted = summary.get("candidates")
-    if isinstance(counted, int) and not isinstance(counted, bool) and counted != len(rows):
-        raise InputError(str(csv_path), "", f"holds {len(rows):,} candidates, the summary counts {counted:,}: the "
+    counted, rows = summary.get("candidates"), digest.candidates
+    if isinstance(counted, int) and not isinstance(counted, bool) and counted != rows:
+        raise InputError(str(csv_path), "", f"holds {rows:,} candidates, the summary counts {counted:,}: the "
                          "file is incomplete (cut short or edited); run the sweep again")
     if summary.get("interrupted"):
-        missing = sum(r["status"] == "not_evaluated" for r in rows)
-        return [f"The sweep was interrupted: {missing:,} of {len(rows):,} candidates were not evaluated; the ranking "
+        missing = digest.statuses["not_evaluated"]
+        return [f"The sweep was interrupted: {missing:,} of {rows:,} candidates were not evaluated; the ranking "
                 "covers the evaluated ones."]
     return []
 
 
-def load_sweep(folder: str | Path, measurements: Any = None) -> SweepData:
-    """Load a sweep folder. `measurements`: None (use folder/measured.json if present), a list of dicts, or a path."""
+def load_sweep(folder: str | Path, measurements: Any = None, keep: int = MAX_TOP_PLANS) -> SweepData:
+    """Load a sweep folder, its CSV read in one pass (any size) keeping the best `keep` rows whole.
+    `measurements`: None (use folder/measured.json if present), a list of dicts, or a path."""
     d = Path(folder)
     if not d.exists():
         raise InputError(str(d), "", "folder not found; give the output folder of `perfmodel sweep`")
     if not d.is_dir():
         raise InputError(str(d), "", "is a file; give the output folder of `perfmodel sweep`")
     notes: list[str] = []
-    rows = read_candidates(d / CANDIDATES)
     if (d / SUMMARY).is_file():
         summary = read_summary(d / SUMMARY)
     else:
         summary = {}
         notes.append(f"No {SUMMARY} in the folder (the sweep did not finish writing, or it was removed): the "
                      "sweep's settings are not shown and the objective is assumed to be step_time.")
-    notes += completeness_notes(summary, rows, d / CANDIDATES)
     objective = summary.get("objective", "step_time")
-    _fill_ranks(rows, objective, notes)
-    _check_breakdown(rows, notes)
+    digest = digest_rows(iter_candidates(d / CANDIDATES), objective, keep)
+    notes += completeness_notes(summary, digest, d / CANDIDATES)
+    if digest.unranked:
+        notes.append(f"{digest.unranked} simulated candidate(s) had no rank in {CANDIDATES}; the report ranked them "
+                     f"by the objective ({objective}).")
+    if digest.breakdown_off:
+        shown = ", ".join(map(str, digest.breakdown_off)) + (" ..." if digest.breakdown_off_count > 8 else "")
+        notes.append(f"The breakdown columns do not sum to the step time (more than 1% apart) for "
+                     f"{digest.breakdown_off_count} candidate(s): index {shown}. The stacked bars show the columns "
+                     "as written.")
 
     trace, trace_note = None, ""
     trace_name = summary.get("best_trace", TRACE) if summary else TRACE
@@ -390,4 +381,4 @@ def load_sweep(folder: str | Path, measurements: Any = None) -> SweepData:
         data = measurements if isinstance(measurements, (list, dict)) else list(measurements)
         meas = read_measurements(data, "<measurements>")
         meas_src = "the measurements passed to build_report"
-    return SweepData(d, rows, summary, trace, trace_note, meas, meas_src, objective, notes)
+    return SweepData(d, digest, summary, trace, trace_note, meas, meas_src, objective, notes)

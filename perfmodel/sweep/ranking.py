@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from perfmodel.sweep.collect import prediction_signature
+
 
 def plan_for(row: dict[str, Any], run: dict[str, Any], calibration: Any, spec_label: str) -> Any:
     from perfmodel.inputs.plan import Plan, prediction_blocks
@@ -41,15 +43,6 @@ def write_plans(top_rows: list[dict[str, Any]], by_index: dict[int, Any], plans_
     return top_summary
 
 
-# What a plan's prediction is: plans equal on all of it differ only in knobs the model does not price
-_PREDICTED = ("step_time_s", "step_time_p90_s", "rollout_time_s", "log_probs_time_s", "train_time_s",
-              "weight_update_time_s", "mem_train_bytes", "mem_rollout_bytes")
-
-
-def _signature(row: dict[str, Any]) -> tuple:
-    return tuple(None if row.get(k) in (None, "") else float(f"{float(row[k]):.9g}") for k in _PREDICTED)
-
-
 def group_equal_plans(ranked: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     """The first `n` groups of ranked rows whose predictions are identical: one row each (the best ranked), with
     `equal_plans` (how many) and `equal_knobs` ({knob: values}) when the group has more than one plan."""
@@ -57,7 +50,7 @@ def group_equal_plans(ranked: list[dict[str, Any]], n: int) -> list[dict[str, An
 
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in ranked:
-        sig = _signature(row)
+        sig = prediction_signature(row)
         if sig in groups:
             groups[sig].append(row)
         elif len(groups) < n:

@@ -3,13 +3,15 @@ rank them, and write the CSV of every candidate, the summary, the top plans and 
 
 from __future__ import annotations
 
+import functools
 import gc
+import itertools
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,7 @@ from perfmodel.signals import HeldSignals, die_with_parent
 from perfmodel.signals import exit_code as signal_exit_code
 from perfmodel.sim.pipeline import PipelineStall
 from perfmodel.sweep.cache import ResultCache, result_key, row_problem
+from perfmodel.sweep.collect import SweepRows
 from perfmodel.sweep.space import Candidate
 from perfmodel.sweep.spec import SweepSpec
 
@@ -73,6 +76,8 @@ class _Worker:
 
 _WORKER: list[_Worker] = []
 _MISS = object()  # not in the cache (None there is a row that did not parse)
+FEED_BLOCK = 2048  # candidates read (keyed, looked up in the cache) at a time
+NOT_EVALUATED = {"status": "not_evaluated", "reason": "interrupted"}
 
 
 def _init_worker(hw: HardwareProfile, model: ModelSpec, length_samples: int = 1) -> None:
@@ -161,17 +166,25 @@ def _evaluate_chunk(items: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, 
 
 @dataclass(slots=True)
 class SweepOutcome:
-    rows: list[dict[str, Any]]
+    rows: SweepRows  # every row, spilled to disk in enumeration order: `rows.write_csv(path)`, `rows.top`
     evaluated: int
     pruned: int
     invalid: int  # simulated to an impossible result (a bug): refused, never ranked
     cached: int
     elapsed_s: float
     interrupted: bool
-    top: list[dict[str, Any]] = field(default_factory=list)
     not_evaluated: int = 0  # interrupted before these were evaluated
     rejected_cache_rows: int = 0  # cached rows that failed the checks a fresh result passes: recomputed
     exit_code: int = 0  # 130 (SIGINT) or 143 (SIGTERM) when interrupted
+
+    @property
+    def candidates(self) -> int:
+        return len(self.rows)
+
+    @property
+    def top(self) -> list[dict[str, Any]]:
+        """The best ranked rows (up to collect.TOP_KEPT), best first, each with its `rank`."""
+        return self.rows.top
 
 
 def objective_value(row: dict[str, Any], spec: SweepSpec) -> float | None:
@@ -188,14 +201,82 @@ def objective_value(row: dict[str, Any], spec: SweepSpec) -> float | None:
     return float(row["step_time_s"])
 
 
-def _chunks(items: list[tuple[int, dict[str, Any]]], size: int) -> Iterable[list[tuple[int, dict[str, Any]]]]:
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
+class _Feed:
+    """Candidates in blocks of FEED_BLOCK: a block's cache hits become rows at once, its misses are handed out in
+    chunks to evaluate. A candidate stays pending from the moment it is read until its row is added, so what is in
+    memory is one block plus what the evaluator has queued, whatever the space's size."""
+
+    def __init__(self, candidates: Iterable[Candidate], total: int, spec: SweepSpec, hw: HardwareProfile,
+                 model_key: str, cache: ResultCache | None, samples: int, rows: SweepRows,
+                 progress: Callable[[int, int], None] | None) -> None:
+        self._stream = enumerate(candidates)
+        self._spec, self._cache, self._rows, self._progress, self.total = spec, cache, rows, progress, total
+        self._key_of = functools.partial(result_key, hw.calibration_params(), hw.id, model_key)
+        self._samples = samples
+        self._pending: dict[int, tuple[Candidate, str]] = {}
+        self._new: list[tuple[str, dict[str, Any]]] = []  # fresh results, for the cache
+        self.done = self.cached = self.rejected = 0
+
+    def chunks(self, size: int) -> Iterator[list[tuple[int, dict[str, Any]]]]:
+        while block := list(itertools.islice(self._stream, FEED_BLOCK)):
+            keys = [self._key_of(c.run if self._samples == 1 else {**c.run, "length_samples": self._samples})
+                    for _, c in block]
+            hits = self._cache.get_many(keys) if self._cache else {}
+            misses = []
+            for (position, c), key in zip(block, keys):
+                self._pending[position] = (c, key)
+                hit = hits.get(key, _MISS)
+                if hit is not _MISS and row_problem(hit) is None:
+                    self.cached += 1
+                    self._finish(position, hit)
+                else:
+                    self.rejected += hit is not _MISS
+                    misses.append((position, c.run))
+            self._report()
+            for i in range(0, len(misses), size):
+                yield misses[i:i + size]
+
+    def take(self, batch: list[tuple[int, dict[str, Any]]]) -> None:
+        for position, result in batch:
+            self._new.append((self._pending[position][1], result))
+            self._finish(position, result)
+        if len(self._new) >= FEED_BLOCK:
+            self.flush()
+        self._report()
+
+    def _finish(self, position: int, result: dict[str, Any]) -> None:
+        c, _ = self._pending.pop(position)
+        row = describe_candidate(c) | result
+        row["objective_value"] = objective_value(row, self._spec)
+        self._rows.add(position, row, c)
+        self.done += 1
+
+    def _report(self) -> None:
+        if self._progress:
+            self._progress(self.done, self.total)
+
+    def flush(self) -> None:
+        """Write the fresh results to the cache (every FEED_BLOCK of them, and at the end)."""
+        if self._cache and self._new:
+            self._cache.put_many(self._new)
+        self._new = []
+
+    def not_evaluated(self) -> int:
+        """Interrupted: every candidate read but not back, and every one not read yet, gets its row as such."""
+        rest = 0
+        for position, (c, _) in sorted(self._pending.items()):
+            self._rows.add(position, describe_candidate(c) | NOT_EVALUATED, c)
+            rest += 1
+        self._pending.clear()
+        for position, c in self._stream:
+            self._rows.add(position, describe_candidate(c) | NOT_EVALUATED, c)
+            rest += 1
+        return rest
 
 
 def evaluate_candidates(
     spec: SweepSpec,
-    candidates: list[Candidate],
+    candidates: Iterable[Candidate],
     hw: HardwareProfile,
     model: ModelSpec,
     model_key: str,
@@ -204,73 +285,58 @@ def evaluate_candidates(
     cache: ResultCache | None = None,
     progress: Callable[[int, int], None] | None = None,
     on_evaluated: Callable[[], None] | None = None,
+    total: int | None = None,
 ) -> SweepOutcome:
-    """Every candidate's row (cached or simulated) and the ranking. Interrupted (Ctrl-C, SIGTERM), it returns
-    what was evaluated, the rest `not_evaluated`. `on_evaluated` is called as soon as evaluation ends, finished
-    or interrupted: the caller holds signals from then until what was kept is written."""
+    """Every candidate's row (cached or simulated), streamed: `candidates` may be a generator (`total` then says
+    how many it yields, for the chunk size and `progress`). Rows are spilled to disk as they finish and ranked at
+    the end (perfmodel/sweep/collect.py). Interrupted (Ctrl-C, SIGTERM), it returns what was evaluated, the rest
+    `not_evaluated`. `on_evaluated` is called as soon as evaluation ends, finished or interrupted: the caller holds
+    signals from then until what was kept is written."""
     t0 = time.perf_counter()
-    hw_params = hw.calibration_params()
+    if total is None:
+        candidates = list(candidates)
+        total = len(candidates)
     samples = spec.length_samples if spec.objective == "p90_step_time" else 1
-    results: dict[int, dict[str, Any]] = {}
-    new_items: list[tuple[str, dict[str, Any]]] = []
-    by_index: dict[int, str] = {}
-    done = cached = rejected = 0
-    interrupted, exit_code = False, 0
-
-    def take(batch: list[tuple[int, dict[str, Any]]]) -> None:
-        nonlocal done
-        for i, row in batch:
-            results[i] = row
-            new_items.append((by_index[i], row))
-        done += len(batch)
-        if progress:
-            progress(done, len(candidates))
-
+    rows = SweepRows(ROW_FIELDS)
+    feed = _Feed(candidates, total, spec, hw, model_key, cache, samples, rows, progress)
+    interrupted, exit_code, not_evaluated = False, 0, 0
     try:  # an interrupt anywhere here (keys, cache, workers) keeps what was evaluated
-        for c in candidates:
-            by_index[c.index] = result_key(hw_params, hw.id, model_key, c.run if samples == 1 else
-                                           {**c.run, "length_samples": samples})
-        rejected = _read_cache(cache, by_index, results)
-        todo = [(c.index, c.run) for c in candidates if c.index not in results]
-        cached = done = len(results)
-        if progress:
-            progress(done, len(candidates))
         workers = workers or min(os.cpu_count() or 1, 8)
-        chunk = max(16, min(256, len(todo) // (workers * 8) + 1))
+        chunks = feed.chunks(max(16, min(256, total // (workers * 8) + 1)))
         if ray_address:
-            _run_on_ray(ray_address, todo, chunk, hw, model, take, samples)
-        elif workers <= 1 or len(todo) < 64:
-            _init_worker(hw, model, samples)
-            for items in _chunks(todo, chunk):
-                take(_evaluate_chunk(items))
+            _run_on_ray(ray_address, chunks, workers, hw, model, feed.take, samples)
+        elif workers <= 1 or total < 64:
+            _run_here(chunks, hw, model, feed.take, samples)
         else:
-            _run_on_processes(workers, todo, chunk, hw, model, take, samples)
+            _run_on_processes(workers, chunks, hw, model, feed.take, samples)
     except KeyboardInterrupt as err:
         interrupted, exit_code = True, signal_exit_code(err)
     finally:
         if on_evaluated:
             on_evaluated()
-    if cache:
-        cache.put_many(new_items)
-    rows = []
-    for c in candidates:
-        row = describe_candidate(c)
-        r = results.get(c.index)
-        row |= r if r is not None else {"status": "not_evaluated", "reason": "interrupted"}
-        row["objective_value"] = objective_value(row, spec)
-        rows.append(row)
-    ranked = sorted((r for r in rows if r["objective_value"] is not None), key=lambda r: r["objective_value"])
-    for rank, r in enumerate(ranked, 1):
-        r["rank"] = rank
-    evaluated = sum(1 for r in rows if r["status"] == "ok")
-    pruned = sum(1 for r in rows if r["status"] == "pruned")
-    invalid = sum(1 for r in rows if r["status"] == "invalid")
-    return SweepOutcome(rows, evaluated, pruned, invalid, cached, time.perf_counter() - t0, interrupted, ranked,
-                        not_evaluated=len(rows) - evaluated - pruned - invalid, rejected_cache_rows=rejected,
+    feed.flush()
+    if interrupted:
+        not_evaluated = feed.not_evaluated()
+    rows.rank()
+    n = rows.statuses
+    return SweepOutcome(rows, n["ok"], n["pruned"], n["invalid"], feed.cached, time.perf_counter() - t0,
+                        interrupted, not_evaluated=not_evaluated, rejected_cache_rows=feed.rejected,
                         exit_code=exit_code)
 
 
-def _run_on_processes(workers: int, todo: list[tuple[int, dict[str, Any]]], chunk: int, hw: HardwareProfile,
+def _run_here(chunks: Iterator[list[tuple[int, dict[str, Any]]]], hw: HardwareProfile, model: ModelSpec,
+              take: Callable[[list[tuple[int, dict[str, Any]]]], None], length_samples: int = 1) -> None:
+    """Chunks in this process. An interrupt is held and read between chunks, so it never cuts a row in half."""
+    _init_worker(hw, model, length_samples)
+    with HeldSignals() as signals:
+        signals.hold()
+        for items in chunks:
+            if signals.held:
+                break
+            take(_evaluate_chunk(items))
+
+
+def _run_on_processes(workers: int, chunks: Iterator[list[tuple[int, dict[str, Any]]]], hw: HardwareProfile,
                       model: ModelSpec, take: Callable[[list[tuple[int, dict[str, Any]]]], None],
                       length_samples: int = 1) -> None:
     """Chunks of candidates on a process pool, at most 3 chunks queued per worker. Ctrl-C or SIGTERM only sets a
@@ -282,7 +348,7 @@ def _run_on_processes(workers: int, todo: list[tuple[int, dict[str, Any]]], chun
                              initargs=(hw, model, length_samples)) as pool, HeldSignals() as signals:
         signals.hold()
         pending: set[Future] = set()
-        for items in _chunks(todo, chunk):
+        for items in chunks:
             if signals.held:
                 break
             pending.add(pool.submit(_evaluate_chunk, items))
@@ -299,22 +365,6 @@ def _run_on_processes(workers: int, todo: list[tuple[int, dict[str, Any]]], chun
     gc.unfreeze()
 
 
-def _read_cache(cache: ResultCache | None, keys: dict[int, str], results: dict[int, dict[str, Any]]) -> int:
-    """Fill `results` with the cached rows of `keys` (candidate index -> key) that pass the checks a fresh result
-    passes; returns how many were found but refused (damaged, or not ours: recomputed like a miss)."""
-    hits = cache.get_many(list(keys.values())) if cache else {}
-    rejected = 0
-    for index, key in keys.items():
-        hit = hits.get(key, _MISS)
-        if hit is _MISS:
-            continue
-        if row_problem(hit) is None:
-            results[index] = hit
-        else:
-            rejected += 1
-    return rejected
-
-
 def _take_finished(pending: set[Future], take: Callable[[list[tuple[int, dict[str, Any]]]], None]) -> set[Future]:
     """Hand over the chunks that finished within a short wait (a held signal is looked at between waits); the
     rest stay pending."""
@@ -324,9 +374,11 @@ def _take_finished(pending: set[Future], take: Callable[[list[tuple[int, dict[st
     return pending
 
 
-def _run_on_ray(address: str, todo: list[tuple[int, dict[str, Any]]], chunk: int, hw: HardwareProfile,
-                model: ModelSpec, take: Callable[[list[tuple[int, dict[str, Any]]]], None],
+def _run_on_ray(address: str, chunks: Iterator[list[tuple[int, dict[str, Any]]]], workers: int,
+                hw: HardwareProfile, model: ModelSpec, take: Callable[[list[tuple[int, dict[str, Any]]]], None],
                 length_samples: int = 1) -> None:
+    """Chunks as Ray tasks, at most 3 per local worker's worth of CPUs in flight (the cluster's size bounds
+    nothing here: what is in flight is held in memory)."""
     import ray
 
     ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
@@ -337,10 +389,28 @@ def _run_on_ray(address: str, todo: list[tuple[int, dict[str, Any]]], chunk: int
             return _evaluate_chunk(items)
 
         hw_ref, model_ref = ray.put(hw), ray.put(model)
-        pending = [chunk_task.remote(items, hw_ref, model_ref) for items in _chunks(todo, chunk)]
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            for r in ready:
-                take(ray.get(r))
+        limit = max(workers, int(ray.cluster_resources().get("CPU", 1))) * 3
+        pending: list[Any] = []
+        with HeldSignals() as signals:  # as on the process pool: an interrupt is read between short waits
+            signals.hold()
+            for items in chunks:
+                if signals.held:
+                    break
+                pending.append(chunk_task.remote(items, hw_ref, model_ref))
+                while len(pending) >= limit and not signals.held:
+                    pending = _take_ready(pending, take)
+            while pending and not signals.held:
+                pending = _take_ready(pending, take)
+            for ref in pending if signals.held else []:
+                ray.cancel(ref, force=True)
     finally:
         ray.shutdown()
+
+
+def _take_ready(pending: list[Any], take: Callable[[list[tuple[int, dict[str, Any]]]], None]) -> list[Any]:
+    import ray
+
+    ready, pending = ray.wait(pending, num_returns=1, timeout=0.2)
+    for ref in ready:
+        take(ray.get(ref))
+    return pending

@@ -7,12 +7,12 @@ reason, for the CSV.
 
 from __future__ import annotations
 
-import copy
 import itertools
-import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from perfmodel.schedules import default_schedule, schedule_class
 from perfmodel.sweep.spec import SweepSpec
@@ -131,10 +131,10 @@ def count_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, num_
 
 
 def select_candidates(spec: SweepSpec, spec_path: str, gpus_per_node: int, num_experts: int, num_layers: int,
-                      sample: int | None = None, seed: int = 0) -> list[Candidate]:
-    """The sweep's candidates, counted before any is built: a space past MAX_SWEEP_CANDIDATES is refused with its
-    size (memory grows with the candidates kept), or sampled (`sample` of them, chosen at random with `seed`, their
-    indices those of the whole space)."""
+                      sample: int | None = None, seed: int = 0) -> tuple[int, Iterator[Candidate]]:
+    """How many candidates the sweep evaluates, counted before any is built, and a generator of them: a space
+    past MAX_SWEEP_CANDIDATES is refused with its size (time grows with the candidates), or sampled (`sample` of
+    them, chosen at random with `seed`, their indices those of the whole space)."""
     from perfmodel.errors import InputError
     from perfmodel.inputs.bounds import MAX_SWEEP_CANDIDATES
 
@@ -149,8 +149,22 @@ def select_candidates(spec: SweepSpec, spec_path: str, gpus_per_node: int, num_e
                          "or evaluate a random sample with --sample N")
     keep = None
     if sample is not None and sample < total:
-        keep = set(random.Random(seed).sample(range(total), sample)).__contains__
-    return list(enumerate_candidates(spec, gpus_per_node, num_experts, num_layers, keep))
+        chosen = np.sort(np.random.default_rng(seed).choice(total, size=sample, replace=False))
+        keep = _Sample(chosen)
+        total = sample
+    return total, enumerate_candidates(spec, gpus_per_node, num_experts, num_layers, keep)
+
+
+class _Sample:
+    """`keep(index)` for a sample: the chosen indices, sorted, asked for in increasing order (8 bytes each)."""
+
+    def __init__(self, chosen: np.ndarray) -> None:
+        self._chosen, self._next = chosen, 0
+
+    def __call__(self, index: int) -> bool:
+        while self._next < len(self._chosen) and self._chosen[self._next] < index:
+            self._next += 1
+        return self._next < len(self._chosen) and self._chosen[self._next] == index
 
 
 def check_job(run: dict[str, Any], spec_path: str) -> None:
@@ -169,8 +183,9 @@ def check_job(run: dict[str, Any], spec_path: str) -> None:
 
 def enumerate_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, num_layers: int,
                          keep: Callable[[int], bool] | None = None) -> Iterator[Candidate]:
-    """Every candidate of the space, indexed in a fixed order; `keep(index)` False skips building one (a sample)."""
-    job = spec.job
+    """Every candidate of the space, indexed in a fixed order; `keep(index)` False skips building one (a sample).
+    A candidate's run is read-only: what it does not set (the job's nested values) is shared with the others."""
+    job, model = spec.job, spec.model.model_dump(exclude_none=True)
     idx = 0
     for nodes, gpus, (placement, actor, rollout, is_async, wu_mode), layouts, engines in _groups(
             spec, gpus_per_node, num_experts, num_layers):
@@ -183,12 +198,12 @@ def enumerate_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, 
                     idx += 1
                     continue
                 run = {"kind": job.get("kind", "rl"), "hardware": spec.hardware,
-                       "model": spec.model.model_dump(exclude_none=True), "gpus": gpus}
+                       "model": model, "gpus": gpus}
                 if spec.stack:
                     run["stack"] = spec.stack
                 if spec.stack_options:
                     run["stack_options"] = dict(spec.stack_options)
-                train = copy.deepcopy(job.get("train", {}))
+                train = dict(job.get("train", {}))
                 train["layout"] = {k: lay[k] for k in ("tp", "pp", "cp", "ep", "etp", "vpp", "dp")}
                 train["schedule"] = lay["schedule"]
                 train["recompute"] = recompute
@@ -197,7 +212,7 @@ def enumerate_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, 
                 train["sequence_parallel"] = lay["tp"] > 1
                 run["train"] = train
                 if eng is not None:
-                    rl = copy.deepcopy(job.get("rl", {}))
+                    rl = dict(job.get("rl", {}))
                     rl.update(placement=placement, actor_gpus=actor, rollout_gpus=rollout)
                     rl["async"] = is_async
                     ro = dict(rl.get("rollout", {}))

@@ -8,6 +8,7 @@ log-prob stays above the untrained policy's)."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -196,9 +197,16 @@ def test_a_killed_training_rank_fails_the_run_and_leaves_nothing(tmp_path: Path)
 def test_a_killed_executor_takes_its_run_with_it_and_keeps_the_steps(tmp_path: Path) -> None:
     proc = _start(_plan(tmp_path, "local-grpo.yaml", checkpoint_every=2), 40, tmp_path / "s.sqlite",
                   tmp_path / "run")
+    _read_until(proc, "step 2/40")
+    t2 = time.monotonic()
     _read_until(proc, "step 3/40")
+    step_s = time.monotonic() - t2
+    seed = int(os.environ.get("FAULT_SEED", time.time_ns() % 10**6))
+    delay = random.Random(seed).uniform(0.0, 1.5 * step_s)  # anywhere in the next step or so: mid-compute, mid-write
+    time.sleep(delay)
     tree = _tree(proc.pid)
-    os.kill(proc.pid, signal.SIGKILL)  # mid-run, possibly mid-write of a step
+    os.kill(proc.pid, signal.SIGKILL)
+    print(f"killed {delay:.2f} s after step 3 (a step takes {step_s:.2f} s; FAULT_SEED={seed} repeats it)")
     proc.wait(timeout=30)
     assert _wait_gone(tree, 90) == [], [(p, _comm(p)) for p in _alive(tree)]
     (run,) = _runs(tmp_path / "s.sqlite")

@@ -82,6 +82,16 @@ def test_ref_log_probs_count_as_log_probs():
     assert not s["complete"]  # no rollout-side line, still reported
 
 
+def test_a_negative_figure_is_not_a_measurement():
+    """A damaged line (the fuzz test found `'perf/train_time': -177.15`) gives no negative duration: the figure is
+    dropped, the others kept."""
+    line = TRAIN_0.replace("'perf/train_time': 177.15", "'perf/train_time': -177.15").replace(
+        "'perf/sleep_time': 3.2", "'perf/sleep_time': -3.2")
+    (s,) = parse_miles_log([ROLLOUT_0, line])
+    assert "train_phase_time_s" not in s and s["step_time_s"] == 334.7
+    assert s["weight_update_time_s"] == pytest.approx(63.1 + 3.01)
+
+
 def test_async_order_and_incremental_emission():
     """train_async.py: rollout N+1 is logged before training N finishes; records complete in step order."""
     p = MilesLogParser()

@@ -18,7 +18,7 @@ from perfmodel.cli import main
 from perfmodel.errors import InputError
 from perfmodel.files import FolderLock
 from perfmodel.inputs.bounds import MAX_SWEEP_CANDIDATES
-from perfmodel.report.sweep_data import load_sweep
+from perfmodel.report.sweep_data import load_sweep, read_candidates
 from perfmodel.sweep.cache import default_cache_path
 from perfmodel.sweep.spec import SweepSpec, default_sweep_path
 
@@ -105,7 +105,8 @@ def test_a_space_past_the_limit_is_refused_with_its_size_and_sampled_on_request(
     assert total > MAX_SWEEP_CANDIDATES
     assert not (tmp_path / "wide" / "candidates.csv").exists()
     ranking = sweep(wide, out=tmp_path / "sampled", report=False, sample=40, cache=False)
-    indices = [r["index"] for r in ranking.outcome.rows]
+    indices = [r["index"] for r in read_candidates(tmp_path / "sampled" / "candidates.csv")]
+    assert ranking.candidates == len(indices) == 40 and indices == sorted(indices)
     assert len(indices) == 40 and max(indices) < total and len(set(indices)) == 40
 
 

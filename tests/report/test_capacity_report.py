@@ -302,7 +302,7 @@ def test_bad_json(sweep_dir: Path, tmp_path: Path, name: str, content: str, fiel
 
 
 def test_bad_top_and_out(sweep_dir: Path, tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="must be a whole number >= 1"):
+    with pytest.raises(InputError, match="must be a whole number from 1 to 1000"):
         build_report(sweep_dir, out_html=tmp_path / "r.html", top=0)
     (tmp_path / "dir.html").mkdir()
     with pytest.raises(InputError, match="is a folder"):

@@ -23,7 +23,7 @@ from perfmodel.predict import simulate_scenario
 from perfmodel.sweep.run import evaluate_candidates
 from perfmodel.sweep.space import enumerate_candidates
 from perfmodel.sweep.spec import SweepSpec, default_sweep_path, load_sweep_spec, parse_nodes
-from tests.conftest import REPO
+from tests.conftest import REPO, sweep_rows
 
 SEED_PLAN = REPO / "examples" / "seed-mi355x-dsv4.yaml"
 
@@ -92,25 +92,27 @@ def test_seed_layout_fits_and_explains_its_time():
     assert bd["rollout"] + bd["log_probs"] + bd["train_compute"] + bd["weight_sync"] > 0.5 * res.step_time_s
 
 
-def test_pruning_reasons_and_ranking():
+def test_pruning_reasons_and_ranking(tmp_path):
     spec = small_spec()
     hw, model = load_hardware("mi355x"), load_model("deepseek-v4-flash")
     cands = list(enumerate_candidates(spec, 8, 256, 43))
     out = evaluate_candidates(spec, cands, hw, model, "dsv4", workers=1)
-    statuses = {r["status"] for r in out.rows}
+    rows = sweep_rows(out, tmp_path)
+    assert [r["index"] for r in rows] == [c.index for c in cands]  # enumeration order, each once
+    statuses = {r["status"] for r in rows}
     assert statuses <= {"ok", "pruned"} and "ok" in statuses
-    for r in out.rows:
+    for r in rows:
         if r["status"] == "pruned":
             assert r["reason"]
-    ranked = [r for r in out.rows if r.get("rank")]
+    ranked = [r for r in rows if r.get("rank")]
     assert [r["rank"] for r in sorted(ranked, key=lambda r: r["rank"])] == list(range(1, len(ranked) + 1))
     assert sorted(r["step_time_s"] for r in ranked)[0] == out.top[0]["step_time_s"]
-    seed_like = [r for r in out.rows if r["tp"] == 1 and r["pp"] == 4 and r["ep"] == 4
+    seed_like = [r for r in rows if r["tp"] == 1 and r["pp"] == 4 and r["ep"] == 4
                  and r["placement"] == "disaggregated" and r["actor_gpus"] == 16]
     assert seed_like and all(r["status"] == "ok" for r in seed_like)
 
 
-def test_interrupt_keeps_partial_results():
+def test_interrupt_keeps_partial_results(tmp_path):
     spec = small_spec()
     hw, model = load_hardware("mi355x"), load_model("deepseek-v4-flash")
     cands = list(enumerate_candidates(spec, 8, 256, 43))
@@ -123,8 +125,9 @@ def test_interrupt_keeps_partial_results():
 
     out = evaluate_candidates(spec, cands, hw, model, "dsv4", workers=1, progress=progress)
     assert out.interrupted
-    assert any(r["status"] == "not_evaluated" for r in out.rows)
-    assert any(r["status"] in ("ok", "pruned") for r in out.rows)
+    rows = sweep_rows(out, tmp_path)
+    assert len(rows) == len(cands) and out.not_evaluated == sum(r["status"] == "not_evaluated" for r in rows) > 0
+    assert any(r["status"] in ("ok", "pruned") for r in rows)
 
 
 def test_cli_writes_outputs_and_the_cache_makes_reruns_instant(tmp_path, capsys, monkeypatch):
@@ -190,20 +193,21 @@ def test_bad_sweep_file_one_line(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_sweep_on_a_real_ray_head(ray_head):
+def test_sweep_on_a_real_ray_head(ray_head, tmp_path):
     spec = small_spec()
     hw, model = load_hardware("mi355x"), load_model("deepseek-v4-flash")
     cands = list(enumerate_candidates(spec, 8, 256, 43))[:40]
     local = evaluate_candidates(spec, cands, hw, model, "dsv4", workers=1)
     os.environ.pop("RAY_ADDRESS", None)
     remote = evaluate_candidates(spec, cands, hw, model, "dsv4", ray_address=ray_head.gcs)
-    assert [r["status"] for r in remote.rows] == [r["status"] for r in local.rows]
-    for a, b in zip(local.rows, remote.rows):
+    local_rows, remote_rows = sweep_rows(local, tmp_path), sweep_rows(remote, tmp_path)
+    assert [r["status"] for r in remote_rows] == [r["status"] for r in local_rows]
+    for a, b in zip(local_rows, remote_rows):
         if a["status"] == "ok":
             assert b["step_time_s"] == pytest.approx(a["step_time_s"], rel=1e-9)
 
 
-def test_an_impossible_result_is_counted_invalid_never_ranked(monkeypatch):
+def test_an_impossible_result_is_counted_invalid_never_ranked(monkeypatch, tmp_path):
     """A candidate whose simulation breaks a physical invariant is a model bug: status 'invalid' with the reason,
     counted in the outcome, never ranked."""
     import perfmodel.predict as predict
@@ -224,9 +228,9 @@ def test_an_impossible_result_is_counted_invalid_never_ranked(monkeypatch):
 
     monkeypatch.setattr(predict, "simulate_scenario", flaky)
     out = evaluate_candidates(spec, cands, hw, model, "t", workers=1, cache=None)
-    bad = [r for r in out.rows if r["status"] == "invalid"]
+    bad = [r for r in sweep_rows(out, tmp_path) if r["status"] == "invalid"]
     assert out.invalid == 1 and len(bad) == 1 and "MFU <= 1" in bad[0]["reason"]
-    assert bad[0]["objective_value"] is None and "rank" not in bad[0]
+    assert bad[0]["objective_value"] is None and bad[0]["rank"] is None
 
 
 def test_a_stack_calibration_reprices_every_candidate_and_plans_carry_it(tmp_path, capsys, monkeypatch):
@@ -277,7 +281,7 @@ def test_p90_objective_ranks_rl_plans_by_the_tail_of_their_step_over_length_draw
     hw, model = load_hardware("mi355x"), load_model("deepseek-v4-flash")
     cands = list(enumerate_candidates(spec, 8, 256, 43))
     out = evaluate_candidates(spec, cands, hw, model, "dsv4", workers=1)
-    ranked = sorted((r for r in out.rows if r.get("rank")), key=lambda r: r["rank"])
+    ranked = sorted((r for r in sweep_rows(out, tmp_path) if r.get("rank")), key=lambda r: r["rank"])
     assert ranked and all(r["objective_value"] == r["step_time_p90_s"] for r in ranked)
     assert [r["step_time_p90_s"] for r in ranked] == sorted(r["step_time_p90_s"] for r in ranked)
     run = next(c for c in cands if c.index == ranked[0]["index"]).run
@@ -289,13 +293,7 @@ def test_p90_objective_ranks_rl_plans_by_the_tail_of_their_step_over_length_draw
                                                             "histogram": [[1000, 1]]}}}
     row = evaluate_run(fixed, hw, model, length_samples=4)
     assert row["status"] == "ok" and row["step_time_p90_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
-    # the capacity report reads the column back
-    from perfmodel.report.sweep_data import read_candidates
-    from perfmodel.sweep.folder import write_csv
-
-    write_csv(out.rows, tmp_path / "candidates.csv")
-    back = {r["index"]: r for r in read_candidates(tmp_path / "candidates.csv")}
-    assert all(back[r["index"]]["step_time_p90_s"] == pytest.approx(r["step_time_p90_s"]) for r in ranked)
+    assert ranked[0]["step_time_p90_s"] == out.top[0]["step_time_p90_s"]  # the capacity report reads it back
 
 
 def test_top_plans_that_predict_the_same_are_one_row_and_the_sweep_says_what_next(tmp_path, capsys, monkeypatch):

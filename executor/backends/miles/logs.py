@@ -164,6 +164,12 @@ _DIRECT = {
 }
 
 
+def _measured(perf: dict[str, float], key: str) -> bool:
+    """A figure worth keeping: present, finite and not negative (every perf figure read is a time, a rate or a
+    ratio; a damaged line can carry `-177.15`)."""
+    return key in perf and math.isfinite(perf[key]) and perf[key] >= 0
+
+
 @dataclass(slots=True)
 class StepRecord:
     """Everything seen for one rollout id."""
@@ -197,13 +203,12 @@ class StepRecord:
         p = self.perf
         out: dict[str, Any] = {"step": self.step}
         for key, name in _DIRECT.items():
-            if key in p and math.isfinite(p[key]):
+            if _measured(p, key):
                 out[name] = p[key]
-        lp = [p[k] for k in ("perf/log_probs_time", "perf/ref_log_probs_time") if k in p and math.isfinite(p[k])]
+        lp = [p[k] for k in ("perf/log_probs_time", "perf/ref_log_probs_time") if _measured(p, k)]
         if lp:
             out["log_probs_time_s"] = sum(lp)
-        wu = [p[k] for k in ("perf/update_weights_time", "perf/sleep_time", "perf/wake_up_time")
-              if k in p and math.isfinite(p[k])]
+        wu = [p[k] for k in ("perf/update_weights_time", "perf/sleep_time", "perf/wake_up_time") if _measured(p, k)]
         if wu:
             out["weight_update_time_s"] = sum(wu)
         diffs = [d["train/train_rollout_logprob_abs_diff"] for d in self.train_metrics
