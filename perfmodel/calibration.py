@@ -410,22 +410,31 @@ def fit_calibration(cases: list[ValidationCase], stack_names: list[str], hardwar
 # Bands
 
 
-def prediction_band(scn: Scenario, cal: Calibration | None, memo: Memo | None = None,
-                    ) -> dict[str, tuple[float, float, float]]:
-    """P10, P50, P90 of each predicted metric. With an overlay: from its parameters' covariance (the metric's
-    sensitivity to each, by finite differences) and the spread its runs left. Without: from the prior on the
-    stack's multipliers (zero-shot: a factor of 2 each, one sigma) and RUN_SIGMA_LOG."""
+@dataclass(frozen=True, slots=True)
+class Sensitivity:
+    """A scenario's predicted metrics and how they move with each uncertain parameter (`grads[i][metric]`: d ln
+    metric / d ln parameter i, by finite differences), with the parameters' ln-covariance and the scatter of runs
+    about what they explain."""
+
+    names: list[str]
+    cov: list[list[float]]
+    residual_sigma_log: float
+    base: dict[str, float]
+    grads: list[dict[str, float]]
+
+
+def sensitivities(scn: Scenario, cal: Calibration | None, memo: Memo | None = None) -> Sensitivity:
+    """With an overlay: its parameters, covariance and residual spread. Without: the prior on the stack's
+    multipliers (zero-shot: a factor of 2 each, one sigma) and RUN_SIGMA_LOG."""
     memo = memo if memo is not None else Memo()
     if cal is not None and cal.names:
-        base_scn = cal.apply(scn)
-        keys = list(cal.names)
-        cov = np.array(cal.covariance_log, dtype=float)
-        resid = cal.residual_sigma_log
+        base_scn, keys = cal.apply(scn), list(cal.names)
+        cov, resid = [list(map(float, row)) for row in cal.covariance_log], cal.residual_sigma_log
     else:
         base_scn = scn
         keys = ["stack.train_compute_scale", "stack.rollout_compute_scale"] if scn.run.rl else \
             ["stack.train_compute_scale"]
-        cov = np.eye(len(keys)) * PRIOR_SIGMA_LOG ** 2
+        cov = (np.eye(len(keys)) * PRIOR_SIGMA_LOG ** 2).tolist()
         resid = RUN_SIGMA_LOG
     base = _predict(base_scn, memo)
     if base is None:
@@ -438,11 +447,20 @@ def prediction_band(scn: Scenario, cal: Calibration | None, memo: Memo | None = 
             base_scn.hardware.calibration_params()[name]
         pred = _predict(_with(base_scn, {k: v * math.exp(h)}, "band"), memo) or base
         grads.append({m: (math.log(pred[m] / base[m]) / h if base.get(m) and pred.get(m) else 0.0) for m in base})
+    return Sensitivity(keys, cov, resid, base, grads)
+
+
+def prediction_band(scn: Scenario, cal: Calibration | None, memo: Memo | None = None,
+                    ) -> dict[str, tuple[float, float, float]]:
+    """P10, P50, P90 of each predicted metric, from its sensitivities (`sensitivities`): the parameters'
+    covariance seen through them, and the spread runs keep about what the parameters explain."""
+    sens = sensitivities(scn, cal, memo)
+    cov = np.array(sens.cov, dtype=float).reshape(len(sens.names), len(sens.names))
     out = {}
-    for m, v in base.items():
+    for m, v in sens.base.items():
         if not v or not isinstance(v, (int, float)) or v <= 0:
             continue
-        g = np.array([gr[m] for gr in grads])
-        sd = math.sqrt(resid ** 2 + float(g @ cov @ g))
+        g = np.array([gr[m] for gr in sens.grads])
+        sd = math.sqrt(sens.residual_sigma_log ** 2 + float(g @ cov @ g))
         out[m] = (v * math.exp(-Z90 * sd), v, v * math.exp(Z90 * sd))
     return out

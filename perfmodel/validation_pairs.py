@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import statistics
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
@@ -56,6 +58,14 @@ def _share(right: int, n: int) -> float | None:
     return right / n if n else None
 
 
+def ratio_error_sigma(errors: list[float]) -> float | None:
+    """The scatter of predicted ln-ratios about measured ones: 1.4826 x the median absolute error (the standard
+    deviation of a normal scatter, not pulled by the few pairs the model gets wildly wrong)."""
+    if len(errors) < 8:
+        return None
+    return round(1.4826 * statistics.median(abs(e) for e in errors), 4)
+
+
 def ordered_pairs(members: list[PairMember]) -> dict[str, Any]:
     """Every pair of members of one (model, framework, metric) whose measured values differ by more than 5%:
     `n`, `right`, `share` overall, `same_hardware` and `by_kind` the same counts on those subsets, `wrong` each
@@ -64,6 +74,7 @@ def ordered_pairs(members: list[PairMember]) -> dict[str, Any]:
     for m in members:
         groups.setdefault((m.model, m.framework, m.metric), []).append(m)
     counts: dict[str, list[int]] = {"all": [0, 0], "same_hardware": [0, 0], "same_hardware_and_stack": [0, 0]}
+    ratio_errors: dict[str, list[float]] = {}  # same hardware and stack, by kind: predicted - measured ln(hi/lo)
     by_kind: dict[str, list[int]] = {}
     wrong: list[dict[str, Any]] = []  # the higher measured first
     for (model, framework, metric), group in sorted(groups.items()):
@@ -79,6 +90,9 @@ def ordered_pairs(members: list[PairMember]) -> dict[str, Any]:
                 tallies.append(counts["same_hardware"])
                 if a.stack == b.stack:
                     tallies.append(counts["same_hardware_and_stack"])
+                    if hi.predicted > 0 and lo.predicted > 0:
+                        ratio_errors.setdefault(kind, []).append(
+                            math.log(hi.predicted / lo.predicted) - math.log(hi.measured / lo.measured))
             for t in tallies:
                 t[0] += 1
                 t[1] += right
@@ -93,7 +107,9 @@ def ordered_pairs(members: list[PairMember]) -> dict[str, Any]:
         return {"n": t[0], "right": t[1], "share": _share(t[1], t[0])}
 
     return {**tally(counts["all"]), "same_hardware": tally(counts["same_hardware"]),
-            "same_hardware_and_stack": tally(counts["same_hardware_and_stack"]),
+            "same_hardware_and_stack": tally(counts["same_hardware_and_stack"])
+            | {"ratio_error_sigma_log": ratio_error_sigma([e for es in ratio_errors.values() for e in es]),
+               "ratio_error_sigma_log_by_kind": {k: ratio_error_sigma(es) for k, es in sorted(ratio_errors.items())}},
             "by_kind": {k: tally(t) for k, t in sorted(by_kind.items())}, "wrong": wrong,
             "rule": f"same model, framework and metric; measured more than {MIN_MEASURED_GAP:.0%} apart; "
                     "a predicted tie counts as wrong"}

@@ -6,6 +6,8 @@ import csv
 import io
 import json
 
+import pytest
+
 from perfmodel.cli import main
 from perfmodel.inputs.run import ModelRef
 from perfmodel.validation_pairs import PairMember, framework_of, model_key, ordered_pairs
@@ -64,3 +66,21 @@ def test_validate_pairs_on_the_nemo_rl_cases(capsys) -> None:
     assert main(["validate", folder, "--pairs", "--format", "csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert len(rows) == len(pairs["wrong"]) and all(r["metric"] == "step_time_s" for r in rows)
+
+
+@pytest.mark.slow
+def test_the_sweeps_plan_sigma_is_what_the_published_pairs_give() -> None:
+    """perfmodel/sweep/odds.py PLAN_SIGMA_LOG is the scatter of predicted about measured ln-ratios over the
+    published pairs on one hardware and stack release, per kind, over sqrt(2): a change of pricing that moves it
+    must move the constant (and the sweep's p_best) with it."""
+    import glob
+    import math
+
+    from perfmodel.sweep.odds import PLAN_SIGMA_LOG
+    from perfmodel.validation import run_validation
+
+    folders = [str(REPO / "studies" / "validation" / "cases"),
+               *sorted(glob.glob(str(REPO / "studies" / "validation" / "*" / "cases")))]
+    by_kind = run_validation(folders)["pairs"]["same_hardware_and_stack"]["ratio_error_sigma_log_by_kind"]
+    for kind, sigma in PLAN_SIGMA_LOG.items():
+        assert by_kind[kind] is not None and abs(by_kind[kind] / math.sqrt(2) - sigma) < 0.005, (kind, by_kind)

@@ -88,8 +88,9 @@ def _top_table(objective: str, top_rows: list[dict[str, Any]]) -> Any:
 
     banded = any(r.get("step_time_s_p10") is not None for r in top_rows)
     p90 = any(r.get("step_time_p90_s") not in (None, "") for r in top_rows)
-    cols = ["rank", "plan", "step s"] + (["P90 step s"] if p90 else []) + (["P10-P90"] if banded else []) + [
-        "rollout", "log-probs", "train", "w-update", "tok/s/GPU", "train mem GB"]
+    odds = any(r.get("p_best") is not None for r in top_rows)
+    cols = ["rank", "plan", "step s"] + (["P90 step s"] if p90 else []) + (["P10-P90"] if banded else []) + (
+        ["p best", "tie"] if odds else []) + ["rollout", "log-probs", "train", "w-update", "tok/s/GPU", "train mem GB"]
     table = new_table(f"top plans by {objective}", cols, left=("plan",))
     for r in top_rows:
         def f(k: str, fmt: str = "{:.1f}", r: dict[str, Any] = r) -> str:
@@ -97,6 +98,7 @@ def _top_table(objective: str, top_rows: list[dict[str, Any]]) -> Any:
             return "-" if v in (None, "") else fmt.format(float(v))
         band = [f"{f('step_time_s_p10')}-{f('step_time_s_p90')}"] if banded else []
         tail = [f("step_time_p90_s")] if p90 else []
+        band += [f("p_best", "{:.2f}"), str(r.get("tie_group", "-"))] if odds else []
         table.add_row(str(r["rank"]), _plan_label(r), f("step_time_s"), *tail, *band, f("rollout_time_s"),
                       f("log_probs_time_s"), f("train_time_s"), f("weight_update_time_s"),
                       f("tokens_per_s_per_gpu", "{:.0f}"),

@@ -159,8 +159,11 @@ def _overview(data: Any) -> str:
 def _ranked_table(data: Any, rows: list[dict[str, Any]]) -> str:
     from perfmodel.report.figures import BREAKDOWN_PARTS
 
-    plans = {t.get("index"): t.get("plan_path") for t in data.summary.get("top", []) if isinstance(t, dict)}
-    head = ("<tr><th>rank</th><th>layout</th><th>nodes</th><th>GPUs</th><th>step (s)</th><th>tokens /s/GPU</th>"
+    top = [t for t in data.summary.get("top", []) if isinstance(t, dict)]
+    plans = {t.get("index"): t.get("plan_path") for t in top}
+    odds = {t.get("index"): (t.get("p_best"), t.get("tie_group")) for t in top if t.get("p_best") is not None}
+    head = ("<tr><th>rank</th><th>layout</th><th>nodes</th><th>GPUs</th><th>step (s)</th>"
+            + ("<th>p best<br>(tie group)</th>" if odds else "") + "<th>tokens /s/GPU</th>"
             "<th>GPU-h /step</th>" + "".join(f"<th class=bd>{_e(n)}</th>" for _, n, _ in BREAKDOWN_PARTS)
             + "<th>train mem GB<br>/ capacity</th><th>rollout mem GB<br>/ capacity</th><th>plan</th></tr>")
     trs = []
@@ -169,7 +172,8 @@ def _ranked_table(data: Any, rows: list[dict[str, Any]]) -> str:
         trs.append(
             f"<tr><td class=num>{r['rank']}</td><td class=label>{_e(r['label'])}</td><td class=num>{r['nodes']}</td>"
             f"<td class=num>{r['gpus']}</td><td class='num strong'>{_f(r['step_time_s'])}</td>"
-            f"<td class=num>{_f(r['tokens_per_s_per_gpu'], '{:,.0f}')}</td>"
+            + (_odds_cell(*odds.get(r["index"], (None, None))) if odds else "")
+            + f"<td class=num>{_f(r['tokens_per_s_per_gpu'], '{:,.0f}')}</td>"
             f"<td class=num>{_f(r['gpu_hours_per_step'], '{:,.3g}')}</td>"
             + "".join(f"<td class='num bd'>{_f(r[c], '{:,.2f}')}</td>" for c, _, _ in BREAKDOWN_PARTS)
             + _mem_cell(r["mem_train_bytes"], r["mem_train_capacity_bytes"])
@@ -177,6 +181,12 @@ def _ranked_table(data: Any, rows: list[dict[str, Any]]) -> str:
             + f"<td class=plan>{'<code>' + _e(plan) + '</code>' if plan else '–'}</td></tr>")
     return (f"<div class=scroll><table id=ranked-table><thead>{head}</thead><tbody>{''.join(trs)}</tbody>"
             "</table></div>")
+
+
+def _odds_cell(p_best: Any, group: Any) -> str:
+    if not isinstance(p_best, (int, float)) or isinstance(p_best, bool):
+        return "<td class=num>–</td>"
+    return f"<td class=num>{p_best:.2f} ({_e(group)})</td>"
 
 
 def _measured_table(meas: list[dict[str, Any]]) -> str:

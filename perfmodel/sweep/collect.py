@@ -4,12 +4,14 @@ Rows arrive out of order (worker chunks finish in any order). A reorder buffer, 
 them in enumeration order to an anonymous spill file (no name: nothing is left behind, whatever kills the sweep).
 Of each ranked row only its objective value, position and prediction signature stay in memory (24 bytes), plus the
 best TOP_KEPT rows whole with their candidates (for plan files, bands and the printed table). `rank` orders the
-values once evaluation ends; `write_csv` is the second pass: the spill copied with each row's rank."""
+values once evaluation ends; `write_csv` is the second pass: the spill (pickled batches of row tuples, cheaper to
+write than CSV) written as CSV with each row's rank."""
 
 from __future__ import annotations
 
 import csv
 import heapq
+import pickle
 import tempfile
 from array import array
 from collections import Counter
@@ -21,6 +23,7 @@ import numpy as np
 from perfmodel.files import atomic_path
 from perfmodel.sweep.space import Candidate
 
+SPILL_BATCH = 512  # rows pickled to the spill at a time
 TOP_KEPT = 4000  # whole rows kept, best first: the groups of `perfmodel sweep --top` (at most 1,000) come from these
 
 # What a plan's prediction is: plans equal on all of it differ only in knobs the model does not price
@@ -37,9 +40,8 @@ class SweepRows:
 
     def __init__(self, fields: list[str]) -> None:
         self.fields = fields
-        self._spill = tempfile.TemporaryFile("w+", newline="", encoding="utf-8")
-        self._writer = csv.writer(self._spill)
-        self._writer.writerow(fields)
+        self._spill = tempfile.TemporaryFile()  # batches of rows (tuples in `fields` order), pickled
+        self._batch: list[tuple[Any, ...]] = []
         self._waiting: dict[int, tuple[dict[str, Any], Candidate]] = {}
         self._next = 0  # the position the spill waits for
         self._values, self._positions, self._signatures = array("d"), array("q"), array("q")
@@ -74,7 +76,14 @@ class SweepRows:
                 heapq.heappush(self._best, entry)
             elif entry[:2] > self._best[0][:2]:
                 heapq.heapreplace(self._best, entry)
-        self._writer.writerow(["" if row.get(k) is None else row.get(k) for k in self.fields])
+        self._batch.append(tuple(map(row.get, self.fields)))
+        if len(self._batch) >= SPILL_BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._batch:
+            pickle.dump(self._batch, self._spill, protocol=pickle.HIGHEST_PROTOCOL)
+            self._batch = []
 
     def rank(self) -> None:
         """Rank the ranked rows (objective value, then position: a tie keeps enumeration order) and fill `top`."""
@@ -99,23 +108,32 @@ class SweepRows:
         return int(np.count_nonzero(signatures == hash(prediction_signature(row))))
 
     def write_csv(self, path: Path) -> None:
-        """The spill copied to `path` (atomically) with each ranked row's rank."""
+        """The spill written to `path` (atomically) as CSV, in enumeration order, with each ranked row's rank."""
         if self._rank_at is None:
             self.rank()
         assert self._rank_at is not None
+        self._flush()
         rank_col = self.fields.index("rank")
-        self._spill.flush()
         self._spill.seek(0)
-        reader = csv.reader(self._spill)
         with atomic_path(path) as tmp, tmp.open("w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
-            writer.writerow(next(reader))
-            for position, cells in enumerate(reader):
-                rank = int(self._rank_at[position])
-                if rank:
-                    cells[rank_col] = str(rank)
-                writer.writerow(cells)
+            writer.writerow(self.fields)
+            position = 0
+            while batch := self._next_batch():
+                for values in batch:
+                    cells = ["" if v is None else v for v in values]
+                    rank = int(self._rank_at[position])
+                    if rank:
+                        cells[rank_col] = rank
+                    writer.writerow(cells)
+                    position += 1
         self._spill.seek(0, 2)
+
+    def _next_batch(self) -> list[tuple[Any, ...]]:
+        try:
+            return pickle.load(self._spill)
+        except EOFError:
+            return []
 
     def close(self) -> None:
         self._spill.close()

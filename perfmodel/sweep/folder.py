@@ -30,6 +30,7 @@ def write_sweep_folder(out_dir: Path, spec: SweepSpec, spec_path: str, outcome: 
                        cal: Any, *, top: int, band: bool) -> tuple[list[dict[str, Any]], list[Path]]:
     """Everything a sweep writes but its report; returns the top rows (with `plan_path`) and the files."""
     from perfmodel.inputs.run import RunSpec
+    from perfmodel.sweep.odds import add_odds
     from perfmodel.sweep.ranking import add_bands, group_equal_plans, write_plans
 
     top_rows = group_equal_plans(outcome.top, max(1, top))
@@ -40,6 +41,7 @@ def write_sweep_folder(out_dir: Path, spec: SweepSpec, spec_path: str, outcome: 
     by_index = outcome.rows.candidates
     if band:
         add_bands(top_rows, by_index, hw, cal)
+    add_odds(top_rows, by_index, hw, cal)
     top_summary = write_plans(top_rows, by_index, out_dir / "plans", cal, Path(spec_path).name)
     for row, entry in zip(top_rows, top_summary):
         row["plan_path"] = entry["plan_path"]

@@ -38,7 +38,8 @@ def write_plans(top_rows: list[dict[str, Any]], by_index: dict[int, Any], plans_
         top_summary.append({k: row.get(k) for k in ("rank", "index", "label", "step_time_s", "rollout_time_s",
                                                     "log_probs_time_s", "train_time_s", "weight_update_time_s",
                                                     "tokens_per_s_per_gpu", "gpu_hours_per_step",
-                                                    "mem_train_bytes", "step_time_s_p10", "step_time_s_p90")}
+                                                    "mem_train_bytes", "step_time_s_p10", "step_time_s_p90",
+                                                    "p_best", "tie_group")}
                            | {"plan_path": str(path)})
     return top_summary
 

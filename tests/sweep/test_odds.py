@@ -1,0 +1,77 @@
+"""How sure the ranking is (issue 24, item 1): joint draws with common random numbers, p_best and tie groups, checked
+on cases whose answer is known in closed form."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfmodel.sweep.odds import TIE_CONFIDENCE, beats, rank_odds, tie_groups
+
+
+def _phi(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def test_two_plans_with_only_their_own_error_are_told_apart_as_a_normal_says() -> None:
+    """ln T_i = ln v_i + e_i, e_i ~ N(0, s^2) independent: P(plan 1 best) = Phi(ln(v2/v1) / (sqrt(2) s))."""
+    v = np.array([100.0, 110.0])
+    p, drawn = rank_odds(v, np.zeros((2, 0)), np.zeros((0, 0)), 0.1, draws=40000, seed=1)
+    expect = _phi(math.log(1.1) / (math.sqrt(2) * 0.1))
+    assert p[0] == pytest.approx(expect, abs=0.01) and p.sum() == pytest.approx(1.0)
+    assert beats(drawn, 0, 1) == pytest.approx(expect, abs=0.01)
+    assert beats(drawn, 1, 0) == pytest.approx(1 - expect, abs=0.01)
+
+
+def test_an_error_every_plan_shares_never_changes_the_order() -> None:
+    """A parameter both plans depend on alike (the same sensitivity), however uncertain: the faster stays best."""
+    v = np.array([100.0, 100.5])
+    p, _ = rank_odds(v, np.array([[0.8], [0.8]]), np.array([[1.0]]), 0.0, draws=5000)
+    assert list(p) == [1.0, 0.0]
+
+
+def test_plans_that_depend_on_a_parameter_differently_trade_places_as_its_spread_says() -> None:
+    """Sensitivities 1 and 0 to a parameter of ln-sigma 0.5: plan 1 is best unless the parameter's draw exceeds
+    ln(v2/v1): P = Phi(ln(v2/v1) / 0.5)."""
+    v = np.array([100.0, 120.0])
+    p, _ = rank_odds(v, np.array([[1.0], [0.0]]), np.array([[0.25]]), 0.0, draws=40000, seed=2)
+    assert p[0] == pytest.approx(_phi(math.log(1.2) / 0.5), abs=0.01)
+
+
+def test_an_objective_to_maximize_is_ranked_the_right_way_round() -> None:
+    """-tokens/s (lower is better): a draw that slows a plan lowers its tokens/s, so raises its objective."""
+    v = np.array([-120.0, -100.0])
+    p, _ = rank_odds(v, np.array([[1.0], [0.0]]), np.array([[0.25]]), 0.0, draws=40000, seed=3)
+    assert p[0] == pytest.approx(_phi(math.log(1.2) / 0.5), abs=0.01)
+
+
+def test_a_plan_joins_its_groups_first_plan_unless_beaten_by_it_in_ninety_percent_of_draws() -> None:
+    hi = TIE_CONFIDENCE + 0.01
+    shares = np.array([[0.0, 0.6, hi, 0.5],
+                      [0.4, 0.0, 0.7, hi],
+                      [0.0, 0.3, 0.0, 0.5],
+                      [0.5, 0.0, 0.5, 0.0]])
+    # plan 1 ties plan 0 (0.6); plan 0 beats plan 2 (>= 0.9): plan 2 starts group 2, and plan 3 ties plan 2 (0.5)
+    # though plan 1 beats it: groups are runs of consecutive plans, each compared with its group's first
+    assert tie_groups(4, lambda i, j: shares[i, j]) == [1, 1, 2, 2]
+    assert tie_groups(3, lambda i, j: hi) == [1, 2, 3]
+    assert tie_groups(1, lambda i, j: 0.0) == [1]
+
+
+def test_a_sweeps_top_plans_carry_p_best_and_tie_groups(tmp_path: Path, monkeypatch) -> None:
+    from perfmodel.api import sweep
+    from tests.sweep.test_sweep import small_spec
+
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path / "cache"))
+    ranking = sweep(small_spec(), out=tmp_path / "s", top=4, workers=1, report=False)
+    top = json.loads((tmp_path / "s" / "summary.json").read_text())["top"]
+    assert len(top) == len(ranking.top) >= 2
+    assert sum(t["p_best"] for t in top) == pytest.approx(1.0, abs=0.002)
+    groups = [t["tie_group"] for t in top]
+    assert groups[0] == 1 and groups == sorted(groups) and all(b - a <= 1 for a, b in zip(groups, groups[1:]))
+    one = sweep(small_spec(), out=tmp_path / "one", top=1, workers=1, report=False)
+    assert one.top[0]["p_best"] == 1.0 and one.top[0]["tie_group"] == 1  # a lone plan is surely the best of one
