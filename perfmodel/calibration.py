@@ -464,3 +464,14 @@ def prediction_band(scn: Scenario, cal: Calibration | None, memo: Memo | None = 
         sd = math.sqrt(sens.residual_sigma_log ** 2 + float(g @ cov @ g))
         out[m] = (v * math.exp(-Z90 * sd), v, v * math.exp(Z90 * sd))
     return out
+
+
+def band_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How P10-P90 bands did on measured figures (rows with `measured`, `p10`, `p90`): `coverage`, the share inside
+    (a true 80% band covers 80%), and `median_width`, the median P90/P10 (how useful a band that covers is)."""
+    banded = [r for r in rows if r.get("p10") is not None and r.get("p90") is not None and r["p10"] > 0]
+    if not banded:
+        return {"banded": 0, "coverage": None, "median_width": None}
+    inside = sum(r["p10"] <= r["measured"] <= r["p90"] for r in banded)
+    return {"banded": len(banded), "coverage": inside / len(banded),
+            "median_width": float(np.median([r["p90"] / r["p10"] for r in banded]))}

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfmodel.calibration import PRIOR_SIGMA_LOG, RESIDUAL_SIGMA_FLOOR_LOG, RUN_SIGMA_LOG, Z90, residual_scatter
+from perfmodel.calibration import (
+    PRIOR_SIGMA_LOG,
+    RESIDUAL_SIGMA_FLOOR_LOG,
+    RUN_SIGMA_LOG,
+    Z90,
+    band_stats,
+    residual_scatter,
+)
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.scenario import build_scenario
@@ -161,9 +168,10 @@ def _summary(rows: list[dict]) -> dict:
         return {"n": 0}
     zs = [abs(r["zero_shot"] / r["measured"] - 1) for r in rows]
     cal = [abs(r["calibrated"] / r["measured"] - 1) for r in rows]
-    inside = [r["p10"] <= r["measured"] <= r["p90"] for r in rows]
+    bands = band_stats(rows)
     return {"n": len(rows), "zero_shot_mae": sum(zs) / len(zs), "calibrated_mae": sum(cal) / len(cal),
-            "calibrated_beyond_25": sum(e > 0.25 for e in cal) / len(cal), "coverage": sum(inside) / len(inside)}
+            "calibrated_beyond_25": sum(e > 0.25 for e in cal) / len(cal), "coverage": bands["coverage"],
+            "median_width": bands["median_width"]}
 
 
 def _group_summary(rows: list[dict]) -> dict:

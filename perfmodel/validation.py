@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfmodel.calibration import Calibration, load_calibration, prediction_band
+from perfmodel.calibration import Calibration, band_stats, load_calibration, prediction_band
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import ValidationCase, case_paths, load_case
 from perfmodel.inputs.scenario import build_scenario
@@ -79,7 +79,7 @@ def _stats(rows: list[dict]) -> dict:
         "n": len(errs),
         "mean_abs_rel_error": (sum(errs) / len(errs)) if errs else None,
         "max_abs_rel_error": max(errs) if errs else None,
-    }
+    } | ({"band": band_stats(rows)} if any(r.get("p10") is not None for r in rows) else {})
 
 
 def run_validation(paths: list[str], calibrations: list[str] | None = None, band: bool = False) -> dict:

@@ -134,6 +134,15 @@ def test_calibrate_command_overlay_provenance_and_round_trip(tmp_path, capsys):
     assert "calibration is for stack 'local-cpu'" in err and err.count("\n") == 1
 
 
+def test_band_stats_count_what_falls_inside_and_how_wide_the_bands_are() -> None:
+    from perfmodel.calibration import band_stats
+
+    rows = [{"measured": 10.0, "p10": 8.0, "p90": 12.0}, {"measured": 20.0, "p10": 10.0, "p90": 15.0},
+            {"measured": 5.0, "p10": 4.0, "p90": 16.0}, {"measured": 1.0, "p10": None, "p90": None}]
+    assert band_stats(rows) == {"banded": 3, "coverage": 2 / 3, "median_width": 1.5}
+    assert band_stats(rows[3:]) == {"banded": 0, "coverage": None, "median_width": None}
+
+
 def test_band_is_wider_uncalibrated_and_brackets_the_prediction():
     run = load_plan(sorted(LOOP_PLANS.glob("loop-*.yaml"))[0])
     scn = build_scenario(run)

@@ -85,16 +85,19 @@ def run(args: argparse.Namespace) -> int:
     line = (f"{s['cases']} cases, {s['failed_cases']} not predicted; scored metrics n={s['n']}, "
             f"mean |error| {_fmt_pct(s['mean_abs_rel_error'])}, max |error| {_fmt_pct(s['max_abs_rel_error'])}")
     out.print(line.replace("+", ""), soft_wrap=True)
-    if args.band:
-        banded = [r for r in report.rows if r.get("p10") is not None]
-        inside = sum(r["p10"] <= r["measured"] <= r["p90"] for r in banded)
-        out.print(f"P10-P90 coverage: {inside} of {len(banded)} measured figures inside their band"
-                  + (f" ({inside / len(banded):.0%})" if banded else ""), soft_wrap=True)
+    if args.band and s.get("band", {}).get("banded"):
+        out.print(f"P10-P90 bands: {_band_line(s['band'])}", soft_wrap=True)
     for kind, ks in s["by_kind"].items():
+        band = f"; bands: {_band_line(ks['band'])}" if args.band and ks.get("band", {}).get("banded") else ""
         out.print(f"  {kind}: n={ks['n']}, mean |error| {_fmt_pct(ks['mean_abs_rel_error'])}, "
                   f"max |error| {_fmt_pct(ks['max_abs_rel_error'])}, not predicted {ks['failed_cases']}"
-                  .replace("+", ""), soft_wrap=True)
+                  .replace("+", "") + band, soft_wrap=True)
     return 0
+
+
+def _band_line(b: dict) -> str:
+    return (f"coverage {b['coverage']:.0%} of {b['banded']} measured figures (a true P10-P90 band: 80%), median "
+            f"P90/P10 {b['median_width']:.2f}")
 
 
 PAIR_COLUMNS = ["model", "framework", "metric", "higher_id", "higher_measured", "higher_predicted", "lower_id",
@@ -149,17 +152,18 @@ def _run_cv(paths: list[str], fmt: str) -> int:
         return 0
     if fmt == "csv":
         write_rows([{"group": g} | s for g, s in cv["groups"].items() if s.get("n")], "csv",
-                   ["group", "runs", "n", "zero_shot_mae", "calibrated_mae", "calibrated_beyond_25", "coverage"])
+                   ["group", "runs", "n", "zero_shot_mae", "calibrated_mae", "calibrated_beyond_25", "coverage",
+                    "median_width"])
         return 0
     out = console()
     table = new_table("perfmodel validate --cv (leave-one-out within stack and hardware)",
                       ["group", "runs", "figures", "zero-shot |err|", "calibrated |err|", "calibrated > 25%",
-                       "P10-P90 coverage"], left=("group",))
+                       "P10-P90 coverage", "median P90/P10"], left=("group",))
     for g, s in cv["groups"].items():
         if not s.get("n"):
             continue
         table.add_row(g, str(s["runs"]), str(s["n"]), f"{s['zero_shot_mae']:.1%}", f"{s['calibrated_mae']:.1%}",
-                      f"{s['calibrated_beyond_25']:.0%}", f"{s['coverage']:.0%}")
+                      f"{s['calibrated_beyond_25']:.0%}", f"{s['coverage']:.0%}", f"{s['median_width']:.2f}")
     out.print(table)
     curve = ", ".join(f"{k} runs {v[0]:.1%} (n={v[1]})" for k, v in cv["learning_curve"].items() if v[0] is not None)
     out.print(f"learning curve (mean |error| after k calibration runs of the same group): {curve}", soft_wrap=True)
