@@ -423,31 +423,54 @@ class Sensitivity:
     grads: list[dict[str, float]]
 
 
-def sensitivities(scn: Scenario, cal: Calibration | None, memo: Memo | None = None) -> Sensitivity:
-    """With an overlay: its parameters, covariance and residual spread. Without: the prior on the stack's
-    multipliers (zero-shot: a factor of 2 each, one sigma) and RUN_SIGMA_LOG."""
-    memo = memo if memo is not None else Memo()
+def _uncertain(scn: Scenario, cal: Calibration | None) -> tuple[Scenario, list[str], list[list[float]], float]:
+    """The scenario priced with the overlay, its uncertain parameters, their ln-covariance and the run scatter. With
+    an overlay: its parameters, covariance and residual spread. Without: the prior on the stack's multipliers
+    (zero-shot: a factor of 2 each, one sigma) and RUN_SIGMA_LOG."""
     if cal is not None and cal.names:
-        base_scn, keys = cal.apply(scn), list(cal.names)
-        cov, resid = [list(map(float, row)) for row in cal.covariance_log], cal.residual_sigma_log
-    else:
-        base_scn = scn
-        keys = ["stack.train_compute_scale", "stack.rollout_compute_scale"] if scn.run.rl else \
-            ["stack.train_compute_scale"]
-        cov = (np.eye(len(keys)) * PRIOR_SIGMA_LOG ** 2).tolist()
-        resid = RUN_SIGMA_LOG
+        return cal.apply(scn), list(cal.names), [list(map(float, row)) for row in cal.covariance_log], \
+            cal.residual_sigma_log
+    keys = ["stack.train_compute_scale", "stack.rollout_compute_scale"] if scn.run.rl else ["stack.train_compute_scale"]
+    return scn, keys, (np.eye(len(keys)) * PRIOR_SIGMA_LOG ** 2).tolist(), RUN_SIGMA_LOG
+
+
+def _parameter_value(scn: Scenario, key: str) -> float:
+    kind, name = key.split(".", 1)
+    return (scn.stack.numeric()[name] or ZERO_START_S) if kind == "stack" else scn.hardware.calibration_params()[name]
+
+
+def sensitivities(scn: Scenario, cal: Calibration | None, memo: Memo | None = None) -> Sensitivity:
+    """The metrics' ln-sensitivities to each uncertain parameter (`_uncertain`), by finite differences."""
+    memo = memo if memo is not None else Memo()
+    base_scn, keys, cov, resid = _uncertain(scn, cal)
     base = _predict(base_scn, memo)
     if base is None:
         raise PhysicsError("the calibrated prediction breaks a physical invariant")
     h = 0.05
     grads = []
     for k in keys:
-        kind, name = k.split(".", 1)
-        v = (base_scn.stack.numeric()[name] or ZERO_START_S) if kind == "stack" else \
-            base_scn.hardware.calibration_params()[name]
-        pred = _predict(_with(base_scn, {k: v * math.exp(h)}, "band"), memo) or base
+        pred = _predict(_with(base_scn, {k: _parameter_value(base_scn, k) * math.exp(h)}, "band"), memo) or base
         grads.append({m: (math.log(pred[m] / base[m]) / h if base.get(m) and pred.get(m) else 0.0) for m in base})
     return Sensitivity(keys, cov, resid, base, grads)
+
+
+def repriced(scn: Scenario, cal: Calibration | None, thetas: np.ndarray, metric: str,
+             memo: Memo | None = None) -> np.ndarray:
+    """`metric` re-priced exactly at each row of `thetas` (the ln-factors of the uncertain parameters, in
+    `_uncertain`'s order), over its value at theta = 0: what the model gives when its parameters are off by that
+    much. NaN where the draw breaks a physical invariant."""
+    memo = memo if memo is not None else Memo()
+    base_scn, keys, _, _ = _uncertain(scn, cal)
+    base = _predict(base_scn, memo)
+    if base is None or not base.get(metric):
+        raise PhysicsError("the calibrated prediction breaks a physical invariant")
+    values = {k: _parameter_value(base_scn, k) for k in keys}
+    out = np.empty(len(thetas))
+    for i, theta in enumerate(thetas):
+        pred = _predict(_with(base_scn, {k: v * math.exp(float(t)) for (k, v), t in zip(values.items(), theta)},
+                              "draw"), memo)
+        out[i] = pred[metric] / base[metric] if pred and pred.get(metric) else math.nan
+    return out
 
 
 def prediction_band(scn: Scenario, cal: Calibration | None, memo: Memo | None = None,

@@ -1,12 +1,14 @@
 """How sure a sweep's ranking is: the top plans re-priced under joint draws of what the model is unsure of.
 
 Most of the model's error is shared by the plans of one sweep (one stack, one hardware, one engine): a factor that
-slows every plan alike cannot change their order. So each draw moves every plan by the same draw of the uncertain
-parameters (common random numbers), each plan by its own sensitivity to them (`calibration.sensitivities`: d ln step
-/ d ln parameter by finite differences, first order: not an exact re-pricing), plus a part that is each plan's own,
-independent between plans (PLAN_SIGMA_LOG, measured on published pairs). Then, per top plan: `p_best`, the share of
-draws in which it is the best of the top plans, and `tie_group`: plans the draws cannot tell apart share a group
-(the rule: `tie_groups`)."""
+slows every plan alike cannot change their order. So each draw of the uncertain parameters is the same for every
+plan (common random numbers), and each plan is re-priced exactly under it (`calibration.repriced`: a first-order
+draw through sensitivities misses the kinks of a step, as when a slower rollout becomes the critical path of an
+async plan: benchmarks/odds_linearity.py measures a median ln-error of 0.03 but a P90 of 0.59 on the default
+sweep's top plans). Each plan also gets its own error, independent between plans (PLAN_SIGMA_LOG, measured on
+published pairs), OWN_DRAWS times per parameter draw. Then, per top plan: `p_best`, the share of draws in which it
+is the best of the compared plans, and `tie_group`: plans the draws cannot tell apart share a group (the rule:
+`tie_groups`)."""
 
 from __future__ import annotations
 
@@ -25,23 +27,26 @@ from perfmodel.memo import Memo
 # pairs.same_hardware_and_stack.ratio_error_sigma_log_by_kind: pretrain 0.132 (38 pairs), rl 0.326 (8 pairs: the
 # weight update, the engine); tests/test_validation_pairs.py checks these against the cases.
 PLAN_SIGMA_LOG = {"pretrain": 0.132 / math.sqrt(2), "rl": 0.326 / math.sqrt(2)}
-DRAWS = 2000  # joint draws: p_best to about +-0.01 (binomial standard error at 0.5: 0.011)
+PARAMETER_DRAWS = 32  # draws of the shared parameters, each an exact re-pricing of every compared plan
+OWN_DRAWS = 64  # draws of each plan's own error per parameter draw: 2,048 in all, p_best to about +-0.01
 TIE_CONFIDENCE = 0.9  # a plan is told apart from its group's head when the head beats it in 90% of the draws
-ODDS_PLANS = 50  # top plans compared (each costs about 0.1 s of re-pricing here: three simulations)
+ODDS_PLANS = 10  # top plans compared (each costs PARAMETER_DRAWS simulations, about 2 s here)
 
 
-def rank_odds(values: np.ndarray, grads: np.ndarray, cov: np.ndarray, plan_sigma_log: float, draws: int = DRAWS,
+def rank_odds(values: np.ndarray, shared: np.ndarray, plan_sigma_log: float, own_draws: int = OWN_DRAWS,
               seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """For plans with objective `values` (lower is better; a negative one, such as -tokens/s, improves as the plan
-    speeds up) and ln-sensitivities `grads` (plans x parameters) to parameters of ln-covariance `cov`: each plan's
-    share of draws in which it is best, and the objective drawn (draws x plans)."""
-    n, k = grads.shape
+    speeds up) and `shared` (parameter draws x plans): the ln-factor by which each draw slows each plan. Each draw
+    is repeated `own_draws` times with each plan's own error added. Returns each plan's share of draws in which it
+    is best, and the objective drawn (draws x plans)."""
     rng = np.random.default_rng(seed)
-    theta = rng.multivariate_normal(np.zeros(k), cov, size=draws) if k else np.zeros((draws, 0))
-    own = rng.normal(0.0, plan_sigma_log, size=(draws, n)) if plan_sigma_log > 0 else np.zeros((draws, n))
-    slow = theta @ grads.T + own  # ln of each plan's step time factor, per draw
-    drawn = values[None, :] * np.exp(np.where(values[None, :] >= 0, slow, -slow))
-    return np.bincount(np.argmin(drawn, axis=1), minlength=n) / draws, drawn
+    slow = np.repeat(shared, own_draws, axis=0)
+    if plan_sigma_log > 0:
+        slow = slow + rng.normal(0.0, plan_sigma_log, size=slow.shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        drawn = values[None, :] * np.exp(np.where(values[None, :] >= 0, slow, -slow))
+    drawn = np.where(np.isfinite(slow), drawn, np.inf)  # a draw the plan cannot be priced in: it loses it
+    return np.bincount(np.argmin(drawn, axis=1), minlength=len(values)) / len(drawn), drawn
 
 
 def beats(drawn: np.ndarray, i: int, j: int) -> float:
@@ -62,11 +67,10 @@ def tie_groups(n: int, beats: Callable[[int, int], float]) -> list[int]:
     return group
 
 
-def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, cal: Any,
-             draws: int = DRAWS) -> None:
+def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, cal: Any, seed: int = 0) -> None:
     """`p_best` and `tie_group` in each of the first ODDS_PLANS top rows (ranked, best first): p_best is the share of
-    draws in which the plan is the best of those."""
-    from perfmodel.calibration import sensitivities
+    draws in which the plan is the best of those. A draw that breaks a plan's physics counts against that plan."""
+    from perfmodel.calibration import _uncertain, repriced
     from perfmodel.inputs.run import RunSpec
     from perfmodel.inputs.scenario import build_scenario
 
@@ -74,16 +78,17 @@ def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, 
     if not top_rows:
         return
     memo = Memo()
-    sens = [sensitivities(build_scenario(RunSpec.model_validate(by_index[r["index"]].run), hardware=hw),
-                          cal.uncertainty_only() if cal else None, memo) for r in top_rows]
-    names = sens[0].names
-    if any(s.names != names for s in sens):
-        raise ValueError("plans of one sweep are uncertain in different parameters")
-    grads = np.array([[g.get("step_time_s", 0.0) for g in s.grads] for s in sens]).reshape(len(sens), len(names))
+    overlay = cal.uncertainty_only() if cal else None
+    scns = [build_scenario(RunSpec.model_validate(by_index[r["index"]].run), hardware=hw) for r in top_rows]
+    _, names, cov, _ = _uncertain(scns[0], overlay)
+    rng = np.random.default_rng(seed)
+    thetas = rng.multivariate_normal(np.zeros(len(names)), np.array(cov).reshape(len(names), len(names)),
+                                     size=PARAMETER_DRAWS) if names else np.zeros((PARAMETER_DRAWS, 0))
+    ratio = np.column_stack([repriced(s, overlay, thetas, "step_time_s", memo) for s in scns])
+    shared = np.log(np.where(np.isfinite(ratio), ratio, np.inf))  # an impossible draw: the plan loses it
     values = np.array([float(r["objective_value"]) for r in top_rows])
-    kind = "rl" if by_index[top_rows[0]["index"]].run.get("rl") else "pretrain"
-    p_best, drawn = rank_odds(values, grads, np.array(sens[0].cov).reshape(len(names), len(names)),
-                              PLAN_SIGMA_LOG[kind], draws)
+    kind = "rl" if scns[0].run.rl else "pretrain"
+    p_best, drawn = rank_odds(values, shared, PLAN_SIGMA_LOG[kind], seed=seed + 1)
     groups = tie_groups(len(top_rows), lambda i, j: beats(drawn, i, j))
     for row, p, g in zip(top_rows, p_best, groups):
         row["p_best"], row["tie_group"] = round(float(p), 4), g

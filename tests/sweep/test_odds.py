@@ -20,7 +20,7 @@ def _phi(x: float) -> float:
 def test_two_plans_with_only_their_own_error_are_told_apart_as_a_normal_says() -> None:
     """ln T_i = ln v_i + e_i, e_i ~ N(0, s^2) independent: P(plan 1 best) = Phi(ln(v2/v1) / (sqrt(2) s))."""
     v = np.array([100.0, 110.0])
-    p, drawn = rank_odds(v, np.zeros((2, 0)), np.zeros((0, 0)), 0.1, draws=40000, seed=1)
+    p, drawn = rank_odds(v, np.zeros((100, 2)), 0.1, own_draws=400, seed=1)
     expect = _phi(math.log(1.1) / (math.sqrt(2) * 0.1))
     assert p[0] == pytest.approx(expect, abs=0.01) and p.sum() == pytest.approx(1.0)
     assert beats(drawn, 0, 1) == pytest.approx(expect, abs=0.01)
@@ -30,23 +30,31 @@ def test_two_plans_with_only_their_own_error_are_told_apart_as_a_normal_says() -
 def test_an_error_every_plan_shares_never_changes_the_order() -> None:
     """A parameter both plans depend on alike (the same sensitivity), however uncertain: the faster stays best."""
     v = np.array([100.0, 100.5])
-    p, _ = rank_odds(v, np.array([[0.8], [0.8]]), np.array([[1.0]]), 0.0, draws=5000)
+    theta = np.random.default_rng(0).normal(0.0, 1.0, size=(5000, 1))
+    p, _ = rank_odds(v, theta @ np.array([[0.8, 0.8]]), 0.0, own_draws=1)
     assert list(p) == [1.0, 0.0]
 
 
 def test_plans_that_depend_on_a_parameter_differently_trade_places_as_its_spread_says() -> None:
-    """Sensitivities 1 and 0 to a parameter of ln-sigma 0.5: plan 1 is best unless the parameter's draw exceeds
-    ln(v2/v1): P = Phi(ln(v2/v1) / 0.5)."""
+    """Plan 1 slows with a parameter of ln-sigma 0.5, plan 2 does not: plan 1 is best unless the parameter's draw
+    exceeds ln(v2/v1): P = Phi(ln(v2/v1) / 0.5)."""
     v = np.array([100.0, 120.0])
-    p, _ = rank_odds(v, np.array([[1.0], [0.0]]), np.array([[0.25]]), 0.0, draws=40000, seed=2)
+    theta = np.random.default_rng(2).normal(0.0, 0.5, size=(40000, 1))
+    p, _ = rank_odds(v, theta @ np.array([[1.0, 0.0]]), 0.0, own_draws=1)
     assert p[0] == pytest.approx(_phi(math.log(1.2) / 0.5), abs=0.01)
 
 
 def test_an_objective_to_maximize_is_ranked_the_right_way_round() -> None:
     """-tokens/s (lower is better): a draw that slows a plan lowers its tokens/s, so raises its objective."""
     v = np.array([-120.0, -100.0])
-    p, _ = rank_odds(v, np.array([[1.0], [0.0]]), np.array([[0.25]]), 0.0, draws=40000, seed=3)
+    theta = np.random.default_rng(3).normal(0.0, 0.5, size=(40000, 1))
+    p, _ = rank_odds(v, theta @ np.array([[1.0, 0.0]]), 0.0, own_draws=1)
     assert p[0] == pytest.approx(_phi(math.log(1.2) / 0.5), abs=0.01)
+
+
+def test_a_draw_a_plan_cannot_be_priced_in_is_lost_by_it() -> None:
+    p, _ = rank_odds(np.array([-120.0, -100.0]), np.array([[math.inf, 0.0]] * 10), 0.0, own_draws=1)
+    assert list(p) == [0.0, 1.0]
 
 
 def test_a_plan_joins_its_groups_first_plan_unless_beaten_by_it_in_ninety_percent_of_draws() -> None:
@@ -60,6 +68,24 @@ def test_a_plan_joins_its_groups_first_plan_unless_beaten_by_it_in_ninety_percen
     assert tie_groups(4, lambda i, j: shares[i, j]) == [1, 1, 2, 2]
     assert tie_groups(3, lambda i, j: hi) == [1, 2, 3]
     assert tie_groups(1, lambda i, j: 0.0) == [1]
+
+
+def test_a_draw_is_priced_exactly_kinks_included() -> None:
+    """The seed plan's step re-priced under drawn multipliers: no change at theta 0; a rollout three times slower
+    lengthens the step by more than its first-order sensitivity at the base says when rollout becomes critical."""
+    from perfmodel.calibration import repriced, sensitivities
+    from perfmodel.inputs.plan import load_plan
+    from perfmodel.inputs.scenario import build_scenario
+    from tests.sweep.test_sweep import SEED_PLAN
+
+    scn = build_scenario(load_plan(SEED_PLAN))
+    sens = sensitivities(scn, None)
+    assert sens.names == ["stack.train_compute_scale", "stack.rollout_compute_scale"]
+    up = math.log(3.0)
+    ratio = repriced(scn, None, np.array([[0.0, 0.0], [0.0, up], [up, 0.0]]), "step_time_s")
+    assert ratio[0] == pytest.approx(1.0, rel=1e-12) and ratio[1] > 1.0 and ratio[2] > 1.0
+    first_order = math.exp(sens.grads[1]["step_time_s"] * up)
+    assert ratio[1] >= first_order * (1 - 1e-6)  # a max of phases is convex: first order never overshoots
 
 
 def test_a_sweeps_top_plans_carry_p_best_and_tie_groups(tmp_path: Path, monkeypatch) -> None:
