@@ -9,7 +9,6 @@ ln-error of the step and p_best both ways (the plans' own error left out: it is 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import tempfile
 from pathlib import Path
@@ -19,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfmodel.api import sweep
-from perfmodel.calibration import _predict, _with, sensitivities  # the pricing the odds use, not a copy
+from perfmodel.calibration import repriced, sensitivities
 from perfmodel.inputs.hardware import load_hardware
 from perfmodel.inputs.plan import load_plan
 from perfmodel.inputs.scenario import build_scenario
@@ -42,22 +41,16 @@ def main() -> None:
     sens = [sensitivities(s, None, memo) for s in scns]
     names, cov = sens[0].names, np.array(sens[0].cov)
     theta = np.random.default_rng(0).multivariate_normal(np.zeros(len(names)), cov, size=args.draws)
-    linear = np.zeros((args.draws, len(scns)))
-    exact = np.zeros_like(linear)
-    for j, (scn, s) in enumerate(zip(scns, sens)):
-        g = np.array([gr["step_time_s"] for gr in s.grads])
-        base = s.base["step_time_s"]
-        knobs = scn.stack.numeric()
-        for i, t in enumerate(theta):
-            linear[i, j] = base * math.exp(float(g @ t))
-            values = {k: knobs[k.split(".", 1)[1]] * math.exp(float(x)) for k, x in zip(names, t)}
-            exact[i, j] = _predict(_with(scn, values, "linearity"), memo)["step_time_s"]
+    # each plan's step over its base step: through its first-order sensitivities, and re-priced exactly
+    linear = np.exp(theta @ np.array([[gr["step_time_s"] for gr in s.grads] for s in sens]).T)
+    exact = np.column_stack([repriced(scn, None, theta, "step_time_s", memo) for scn in scns])
     err = np.abs(np.log(linear / exact))
     print(f"{len(scns)} top plans of the default sweep at nodes {list(spec.nodes)}, {args.draws} draws of "
           f"{', '.join(names)} (prior sigma ln 2 each)")
     print(f"step ln-error of the first-order draw: median {np.median(err):.4f}, P90 {np.percentile(err, 90):.4f}, "
           f"max {err.max():.4f}")
-    for name, drawn in (("first order", linear), ("exact", exact)):
+    steps = np.array([s.base["step_time_s"] for s in sens])
+    for name, drawn in (("first order", linear * steps), ("exact", exact * steps)):
         p = np.bincount(np.argmin(drawn, axis=1), minlength=len(scns)) / args.draws
         print(f"p_best ({name}, shared parameters only): {' '.join(f'{x:.2f}' for x in p)}")
 

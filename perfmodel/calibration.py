@@ -412,9 +412,8 @@ def fit_calibration(cases: list[ValidationCase], stack_names: list[str], hardwar
 
 @dataclass(frozen=True, slots=True)
 class Sensitivity:
-    """A scenario's predicted metrics and how they move with each uncertain parameter (`grads[i][metric]`: d ln
-    metric / d ln parameter i, by finite differences), with the parameters' ln-covariance and the scatter of runs
-    about what they explain."""
+    """Predicted metrics and their ln-sensitivity to each uncertain parameter (`grads[i][metric]`, by finite
+    differences), with the parameters' ln-covariance and the scatter of runs about what they explain."""
 
     names: list[str]
     cov: list[list[float]]
@@ -423,7 +422,8 @@ class Sensitivity:
     grads: list[dict[str, float]]
 
 
-def _uncertain(scn: Scenario, cal: Calibration | None) -> tuple[Scenario, list[str], list[list[float]], float]:
+def uncertain_parameters(scn: Scenario, cal: Calibration | None
+                         ) -> tuple[Scenario, list[str], list[list[float]], float]:
     """The scenario priced with the overlay, its uncertain parameters, their ln-covariance and the run scatter. With
     an overlay: its parameters, covariance and residual spread. Without: the prior on the stack's multipliers
     (zero-shot: a factor of 2 each, one sigma) and RUN_SIGMA_LOG."""
@@ -440,9 +440,9 @@ def _parameter_value(scn: Scenario, key: str) -> float:
 
 
 def sensitivities(scn: Scenario, cal: Calibration | None, memo: Memo | None = None) -> Sensitivity:
-    """The metrics' ln-sensitivities to each uncertain parameter (`_uncertain`), by finite differences."""
+    """The metrics' ln-sensitivities to each uncertain parameter (`uncertain_parameters`), by finite differences."""
     memo = memo if memo is not None else Memo()
-    base_scn, keys, cov, resid = _uncertain(scn, cal)
+    base_scn, keys, cov, resid = uncertain_parameters(scn, cal)
     base = _predict(base_scn, memo)
     if base is None:
         raise PhysicsError("the calibrated prediction breaks a physical invariant")
@@ -456,11 +456,11 @@ def sensitivities(scn: Scenario, cal: Calibration | None, memo: Memo | None = No
 
 def repriced(scn: Scenario, cal: Calibration | None, thetas: np.ndarray, metric: str,
              memo: Memo | None = None) -> np.ndarray:
-    """`metric` re-priced exactly at each row of `thetas` (the ln-factors of the uncertain parameters, in
-    `_uncertain`'s order), over its value at theta = 0: what the model gives when its parameters are off by that
-    much. NaN where the draw breaks a physical invariant."""
+    """`metric` re-priced exactly at each row of `thetas` (the ln-factors of the uncertain parameters, in the order
+    of `uncertain_parameters`), over its value at theta = 0: what the model gives when its parameters are off by
+    that much. NaN where the draw breaks a physical invariant."""
     memo = memo if memo is not None else Memo()
-    base_scn, keys, _, _ = _uncertain(scn, cal)
+    base_scn, keys, _, _ = uncertain_parameters(scn, cal)
     base = _predict(base_scn, memo)
     if base is None or not base.get(metric):
         raise PhysicsError("the calibrated prediction breaks a physical invariant")

@@ -7,12 +7,13 @@ import re
 
 # control characters no name or note needs; printed, they drive the terminal (ESC sequences hide text, make links)
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_LINE_BREAKING = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # the same, tab and line breaks included
 
 
 def inert(text: str, keep_lines: bool = True) -> str:
     """`text` safe to print: control characters shown escaped (`\\x1b`); tab and line break kept unless
     `keep_lines` is False (a line that must stay one line: a comment in a printout meant for pasting)."""
-    pattern = CONTROL_CHARACTERS if keep_lines else re.compile(r"[\x00-\x1f\x7f-\x9f]")
+    pattern = CONTROL_CHARACTERS if keep_lines else _LINE_BREAKING
     return pattern.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 

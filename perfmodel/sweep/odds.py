@@ -70,7 +70,7 @@ def tie_groups(n: int, beats: Callable[[int, int], float]) -> list[int]:
 def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, cal: Any, seed: int = 0) -> None:
     """`p_best` and `tie_group` in each of the first ODDS_PLANS top rows (ranked, best first): p_best is the share of
     draws in which the plan is the best of those. A draw that breaks a plan's physics counts against that plan."""
-    from perfmodel.calibration import _uncertain, repriced
+    from perfmodel.calibration import repriced, uncertain_parameters
     from perfmodel.inputs.run import RunSpec
     from perfmodel.inputs.scenario import build_scenario
 
@@ -80,12 +80,12 @@ def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, 
     memo = Memo()
     overlay = cal.uncertainty_only() if cal else None
     scns = [build_scenario(RunSpec.model_validate(by_index[r["index"]].run), hardware=hw) for r in top_rows]
-    _, names, cov, _ = _uncertain(scns[0], overlay)
+    _, names, cov, _ = uncertain_parameters(scns[0], overlay)
     rng = np.random.default_rng(seed)
     thetas = rng.multivariate_normal(np.zeros(len(names)), np.array(cov).reshape(len(names), len(names)),
                                      size=PARAMETER_DRAWS) if names else np.zeros((PARAMETER_DRAWS, 0))
     ratio = np.column_stack([repriced(s, overlay, thetas, "step_time_s", memo) for s in scns])
-    shared = np.log(np.where(np.isfinite(ratio), ratio, np.inf))  # an impossible draw: the plan loses it
+    shared = np.log(ratio)  # NaN where a draw breaks the plan's physics: rank_odds counts it lost
     values = np.array([float(r["objective_value"]) for r in top_rows])
     kind = "rl" if scns[0].run.rl else "pretrain"
     p_best, drawn = rank_odds(values, shared, PLAN_SIGMA_LOG[kind], seed=seed + 1)

@@ -261,17 +261,13 @@ class _Feed:
             self._cache.put_many(self._new)
         self._new = []
 
-    def not_evaluated(self) -> int:
+    def not_evaluated(self) -> None:
         """Interrupted: every candidate read but not back, and every one not read yet, gets its row as such."""
-        rest = 0
         for position, (c, _) in sorted(self._pending.items()):
             self._rows.add(position, describe_candidate(c) | NOT_EVALUATED, c)
-            rest += 1
         self._pending.clear()
         for position, c in self._stream:
             self._rows.add(position, describe_candidate(c) | NOT_EVALUATED, c)
-            rest += 1
-        return rest
 
 
 def evaluate_candidates(
@@ -299,7 +295,7 @@ def evaluate_candidates(
     samples = spec.length_samples if spec.objective == "p90_step_time" else 1
     rows = SweepRows(ROW_FIELDS)
     feed = _Feed(candidates, total, spec, hw, model_key, cache, samples, rows, progress)
-    interrupted, exit_code, not_evaluated = False, 0, 0
+    interrupted, exit_code = False, 0
     try:  # an interrupt anywhere here (keys, cache, workers) keeps what was evaluated
         workers = workers or min(os.cpu_count() or 1, 8)
         chunks = feed.chunks(max(16, min(256, total // (workers * 8) + 1)))
@@ -316,11 +312,11 @@ def evaluate_candidates(
             on_evaluated()
     feed.flush()
     if interrupted:
-        not_evaluated = feed.not_evaluated()
+        feed.not_evaluated()
     rows.rank()
     n = rows.statuses
     return SweepOutcome(rows, n["ok"], n["pruned"], n["invalid"], feed.cached, time.perf_counter() - t0,
-                        interrupted, not_evaluated=not_evaluated, rejected_cache_rows=feed.rejected,
+                        interrupted, not_evaluated=n["not_evaluated"], rejected_cache_rows=feed.rejected,
                         exit_code=exit_code)
 
 

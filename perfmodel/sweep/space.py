@@ -8,11 +8,10 @@ reason, for the CSV.
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from perfmodel.schedules import default_schedule, schedule_class
 from perfmodel.sweep.spec import SweepSpec
@@ -149,22 +148,9 @@ def select_candidates(spec: SweepSpec, spec_path: str, gpus_per_node: int, num_e
                          "or evaluate a random sample with --sample N")
     keep = None
     if sample is not None and sample < total:
-        chosen = np.sort(np.random.default_rng(seed).choice(total, size=sample, replace=False))
-        keep = _Sample(chosen)
+        keep = set(random.Random(seed).sample(range(total), sample)).__contains__
         total = sample
     return total, enumerate_candidates(spec, gpus_per_node, num_experts, num_layers, keep)
-
-
-class _Sample:
-    """`keep(index)` for a sample: the chosen indices, sorted, asked for in increasing order (8 bytes each)."""
-
-    def __init__(self, chosen: np.ndarray) -> None:
-        self._chosen, self._next = chosen, 0
-
-    def __call__(self, index: int) -> bool:
-        while self._next < len(self._chosen) and self._chosen[self._next] < index:
-            self._next += 1
-        return self._next < len(self._chosen) and self._chosen[self._next] == index
 
 
 def check_job(run: dict[str, Any], spec_path: str) -> None:

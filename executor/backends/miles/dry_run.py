@@ -29,17 +29,12 @@ def _cmd(argv: Sequence[str], indent: str = "  ") -> str:
     return (" \\\n" + indent).join(" ".join(x) for x in lines)
 
 
-def _inert(text: str) -> str:
-    """A comment line stays one line: a control character (a newline in a file name or a value) is shown escaped,
-    so nothing after it can become a command when the printout is pasted."""
-    return inert(text, keep_lines=False)
-
-
 def render_dry_run(launch: MilesLaunch, plan_path: str = "", environ: Mapping[str, str] | None = None) -> str:
     """The launch as text: the Ray cluster commands, the job submission, the runtime env and the notes."""
     env = launch.runtime_env_vars
     out: list[str] = []
-    out.append(f"# Miles launch of plan {launch.plan_id}" + (f" ({_inert(plan_path)})" if plan_path else "")
+    shown_path = f" ({inert(plan_path, keep_lines=False)})" if plan_path else ""
+    out.append(f"# Miles launch of plan {launch.plan_id}{shown_path}"
                + f": run {launch.run_id}, entry point {launch.entry_point}")
     out.append(f"# {launch.num_nodes} node(s) x {launch.gpus_per_node} GPUs; run the ray start lines in the "
                "training image on each node, then the submission on the head node.")
@@ -59,9 +54,9 @@ def render_dry_run(launch: MilesLaunch, plan_path: str = "", environ: Mapping[st
     out.append("# Runtime env (env_vars of --runtime-env-json), one per line:")
     shown = launch.resolved_env(environ) if environ is not None else env
     for k in sorted(shown):
-        out.append(_inert(f"#   {k}={shown[k]}"))
+        out.append(inert(f"#   {k}={shown[k]}", keep_lines=False))
     if launch.notes:
         out.append("")
         out.append("# Notes:")
-        out.extend(_inert(f"#   - {n}") for n in launch.notes)
+        out.extend(inert(f"#   - {n}", keep_lines=False) for n in launch.notes)
     return "\n".join(out) + "\n"
