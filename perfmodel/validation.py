@@ -107,17 +107,21 @@ def run_validation(paths: list[str], calibrations: list[str] | None = None, band
         by_kind[kind] = _stats(kind_rows) | {
             "failed_cases": sum(1 for r in results if r.kind == kind and r.failed_reason)}
     summary["by_kind"] = by_kind
-    members = [PairMember(res.id, res.kind, res.model, res.stack_named, res.hardware, row["metric"], row["measured"],
-                          row["predicted"])
-               for res in results for row in res.rows if row["predicted"] is not None]
     return {
         "cases": rows,
-        "pairs": ordered_pairs(members),
+        "pairs": ordered_pairs(pair_members(results)),
         "failed": [{"id": r.id, "path": r.path, "reason": r.failed_reason} for r in results if r.failed_reason],
         "stacks": {r.id: {"stack": r.stack, "notes": list(r.stack_notes)} for r in results if r.stack},
         "summary": summary,
         "_results": results,
     }
+
+
+def pair_members(results: list[CaseResult]) -> list[PairMember]:
+    """Every predicted figure of the scored cases, as what `validate --pairs` pairs (validation_pairs.py)."""
+    return [PairMember(res.id, res.kind, res.model, res.stack_named, res.hardware, row["metric"], row["measured"],
+                       row["predicted"])
+            for res in results for row in res.rows if row["predicted"] is not None]
 
 
 def validation_json(report: dict) -> dict:

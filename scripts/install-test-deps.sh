@@ -2,7 +2,8 @@
 # Installs everything the test suite needs on a fresh machine, saying what it does as it goes: a headless browser
 # for the report tests (Debian's chromium as root; without root, Playwright's Chromium in ~/.cache), then the
 # package with its test, exec (SGLang + torch, megatron-core), report (kaleido) and ray extras. The first run
-# downloads about 11 GB (5 minutes on a fast link); later runs check and return in seconds.
+# downloads about 11 GB (5 minutes on a fast link); later runs check and return in seconds (pip is skipped when
+# scripts/deps_installed.py finds everything in place).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$SECONDS
@@ -35,12 +36,22 @@ else
 fi
 [ -n "$(browser)" ] && step "    browser: $(browser)"
 
-step "2/2 Python packages: perfmodel[test,exec,report,ray,kernels] (SGLang 0.5.23 with torch 2.14.1 about 10 GB, \
+status=0
+python3 scripts/deps_installed.py || status=$?
+if [ "$status" = 0 ]; then
+  step "2/2 Python packages: every one installed at a version that fits, perfmodel editable from this clone: \
+pip skipped (scripts/deps_installed.py)"
+elif [ "$status" = 3 ]; then
+  step "2/2 Python packages: every dependency in place; perfmodel itself, editable from this clone (pip --no-deps)"
+  python3 -m pip install --progress-bar off -q --no-deps -e .
+else
+  step "2/2 Python packages: perfmodel[test,exec,report,ray,kernels] (SGLang 0.5.23 with torch 2.14.1 about 10 GB, \
 megatron-core, Ray, kaleido, aiconfigurator-core); pip names each package as it fetches it"
-progress=()
-[ -t 1 ] || progress=(--progress-bar off)  # logs: one line per package, no bars
-python3 -m pip install "${progress[@]}" -e ".[test,exec,report,ray,kernels]" \
-  | { grep --line-buffered -vE "^Requirement already satisfied" || true; }  # pipefail: pip's failure stops here
+  progress=()
+  [ -t 1 ] || progress=(--progress-bar off)  # logs: one line per package, no bars
+  python3 -m pip install "${progress[@]}" -e ".[test,exec,report,ray,kernels]" \
+    | { grep --line-buffered -vE "^Requirement already satisfied" || true; }  # pipefail: pip's failure stops here
+fi
 versions="$(python3 -c 'import importlib.metadata as m; print(", ".join(d + " " + m.version(d) for d in
   ("perfmodel", "torch", "sglang", "megatron-core", "ray", "kaleido")))')"
 step "done: $versions"

@@ -86,6 +86,12 @@ def _fuzz_counts() -> Counter:
 _WORKER_FUZZ_COUNTS: Counter = Counter()  # under pytest-xdist: what each worker sent back when it finished
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that compare the timings of real runs go last, on a host that has finished everything else (the sort
+    is stable: every other test keeps its place)."""
+    items.sort(key=lambda item: item.get_closest_marker("timing") is not None)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """An xdist worker hands its fuzz tallies to the controller (which prints the summary)."""
     if hasattr(session.config, "workeroutput"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import io
 import json
 import math
@@ -60,8 +61,14 @@ PLANS = [REPO / "examples" / "local-grpo.yaml", REPO / "examples" / "local-ppo.y
 ALL_CASES = sorted(CASES_DIR.glob("*.yaml"))
 
 
+@functools.cache
+def _parsed(path: Path) -> dict[str, Any]:
+    return yaml.load(path.read_text(), Loader=yaml.CSafeLoader)
+
+
 def _load(path: Path) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text())
+    """A shipped file as data: parsed once (libyaml), a fresh copy each time."""
+    return copy.deepcopy(_parsed(path))
 
 
 def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
@@ -101,7 +108,7 @@ def _document(base: Any, data: st.DataObject) -> str:
     how = data.draw(st.sampled_from(["mutated"] * 6 + ["truncated", "random"]))
     if how == "random":
         return data.draw(st.text(max_size=200))
-    text = yaml.safe_dump(_mutate(base, data) if how == "mutated" else base, sort_keys=False)
+    text = yaml.dump(_mutate(base, data) if how == "mutated" else base, Dumper=yaml.CSafeDumper, sort_keys=False)
     return text[: data.draw(st.integers(0, len(text)))] if how == "truncated" else text
 
 

@@ -68,19 +68,20 @@ def test_validate_pairs_on_the_nemo_rl_cases(capsys) -> None:
     assert len(rows) == len(pairs["wrong"]) and all(r["metric"] == "step_time_s" for r in rows)
 
 
-@pytest.mark.slow
+@pytest.mark.xdist_group("validation_report")  # on the worker that simulates the case folders once
 def test_the_sweeps_plan_sigma_is_what_the_published_pairs_give() -> None:
     """perfmodel/sweep/odds.py PLAN_SIGMA_LOG is the scatter of predicted about measured ln-ratios over the
     published pairs on one hardware and stack release, per kind, over sqrt(2): a change of pricing that moves it
-    must move the constant (and the sweep's p_best) with it."""
-    import glob
+    must move the constant (and the sweep's p_best) with it. The pairs run across every case folder, as
+    `perfmodel validate --pairs` over all of them pairs them."""
     import math
 
     from perfmodel.sweep.odds import PLAN_SIGMA_LOG
-    from perfmodel.validation import run_validation
+    from perfmodel.validation import pair_members
+    from scripts.snapshot_predictions import case_folders
+    from tests.conftest import validation_report
 
-    folders = [str(REPO / "studies" / "validation" / "cases"),
-               *sorted(glob.glob(str(REPO / "studies" / "validation" / "*" / "cases")))]
-    by_kind = run_validation(folders)["pairs"]["same_hardware_and_stack"]["ratio_error_sigma_log_by_kind"]
+    members = [m for folder in case_folders() for m in pair_members(validation_report(folder)["_results"])]
+    by_kind = ordered_pairs(members)["same_hardware_and_stack"]["ratio_error_sigma_log_by_kind"]
     for kind, sigma in PLAN_SIGMA_LOG.items():
         assert by_kind[kind] is not None and abs(by_kind[kind] / math.sqrt(2) - sigma) < 0.005, (kind, by_kind)
