@@ -27,8 +27,10 @@ def write_summary(spec: SweepSpec, outcome: SweepOutcome, top: list[dict[str, An
 
 
 def write_sweep_folder(out_dir: Path, spec: SweepSpec, spec_path: str, outcome: SweepOutcome, hw: HardwareProfile,
-                       cal: Any, *, top: int, band: bool) -> tuple[list[dict[str, Any]], list[Path]]:
-    """Everything a sweep writes but its report; returns the top rows (with `plan_path`) and the files."""
+                       cal: Any, *, top: int, band: bool
+                       ) -> tuple[list[dict[str, Any]], list[Path], dict[str, Any] | None]:
+    """Everything a sweep writes but its report; returns the top rows (with `plan_path`), the files and how the
+    top plans' odds were drawn."""
     from perfmodel.inputs.run import RunSpec
     from perfmodel.sweep.odds import add_odds
     from perfmodel.sweep.ranking import add_bands, group_equal_plans, write_plans
@@ -41,11 +43,11 @@ def write_sweep_folder(out_dir: Path, spec: SweepSpec, spec_path: str, outcome: 
     by_index = outcome.rows.candidates
     if band:
         add_bands(top_rows, by_index, hw, cal)
-    add_odds(top_rows, by_index, hw, cal)
+    odds = add_odds(top_rows, by_index, hw, cal)
     top_summary = write_plans(top_rows, by_index, out_dir / "plans", cal, Path(spec_path).name)
     for row, entry in zip(top_rows, top_summary):
         row["plan_path"] = entry["plan_path"]
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"odds": odds} if odds else {}
     files = [Path(e["plan_path"]) for e in top_summary]
     if top_rows:
         from perfmodel.predict import simulate_run
@@ -57,4 +59,4 @@ def write_sweep_folder(out_dir: Path, spec: SweepSpec, spec_path: str, outcome: 
         files.append(out_dir / "best_trace.json")
     outcome.rows.write_csv(out_dir / "candidates.csv")
     write_summary(spec, outcome, top_summary, out_dir / "summary.json", extra)
-    return top_rows, files + [out_dir / "candidates.csv", out_dir / "summary.json"]
+    return top_rows, files + [out_dir / "candidates.csv", out_dir / "summary.json"], odds

@@ -67,16 +67,19 @@ def tie_groups(n: int, beats: Callable[[int, int], float]) -> list[int]:
     return group
 
 
-def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, cal: Any, seed: int = 0) -> None:
-    """`p_best` and `tie_group` in each of the first ODDS_PLANS top rows (ranked, best first): p_best is the share of
-    draws in which the plan is the best of those. A draw that breaks a plan's physics counts against that plan."""
+def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, cal: Any,
+             seed: int = 0) -> dict[str, Any] | None:
+    """`p_best`, `tie_group` and `draws_lost` in each of the first ODDS_PLANS top rows (ranked, best first): p_best is
+    the share of draws in which the plan is the best of those; draws_lost, the parameter draws that break the plan's
+    physics (out of memory, an impossible result), each counted as a draw it loses. Returns how the odds were
+    drawn, for summary.json (None without plans)."""
     from perfmodel.calibration import repriced, uncertain_parameters
     from perfmodel.inputs.run import RunSpec
     from perfmodel.inputs.scenario import build_scenario
 
     top_rows = top_rows[:ODDS_PLANS]
     if not top_rows:
-        return
+        return None
     memo = Memo()
     overlay = cal.uncertainty_only() if cal else None
     scns = [build_scenario(RunSpec.model_validate(by_index[r["index"]].run), hardware=hw) for r in top_rows]
@@ -90,5 +93,12 @@ def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, 
     kind = "rl" if scns[0].run.rl else "pretrain"
     p_best, drawn = rank_odds(values, shared, PLAN_SIGMA_LOG[kind], seed=seed + 1)
     groups = tie_groups(len(top_rows), lambda i, j: beats(drawn, i, j))
-    for row, p, g in zip(top_rows, p_best, groups):
-        row["p_best"], row["tie_group"] = round(float(p), 4), g
+    lost = np.sum(~np.isfinite(shared), axis=0)
+    for row, p, g, n in zip(top_rows, p_best, groups, lost):
+        row["p_best"], row["tie_group"], row["draws_lost"] = round(float(p), 4), g, int(n)
+    spread = bool(names) and bool(np.any(np.diag(np.array(cov).reshape(len(names), len(names))) > 0))
+    return {"plans": len(top_rows), "parameter_draws": PARAMETER_DRAWS, "own_draws": OWN_DRAWS,
+            "parameters": list(names) if spread else [], "plan_sigma_log": round(PLAN_SIGMA_LOG[kind], 4),
+            "tie_confidence": TIE_CONFIDENCE,
+            "basis": "shared parameters and each plan's own error" if spread else
+                     "each plan's own error only: the calibration gives its parameters no uncertainty"}

@@ -39,7 +39,7 @@ def write_plans(top_rows: list[dict[str, Any]], by_index: dict[int, Any], plans_
                                                     "log_probs_time_s", "train_time_s", "weight_update_time_s",
                                                     "tokens_per_s_per_gpu", "gpu_hours_per_step",
                                                     "mem_train_bytes", "step_time_s_p10", "step_time_s_p90",
-                                                    "p_best", "tie_group")}
+                                                    "p_best", "tie_group", "draws_lost")}
                            | {"plan_path": str(path)})
     return top_summary
 

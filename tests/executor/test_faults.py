@@ -1,9 +1,9 @@
 """Faults injected into real local runs (SGLang + megatron-core under torchrun on this machine): a hung engine, a
-killed training rank, a killed executor, two runs writing one store. Each time the executor notices, ends every
-process of the run (checked by process tree) and the store holds every completed step and nothing half-written;
-`executor launch --resume` then continues the run from its newest checkpoint to the steps asked for, in the same
-store row, the policy where the checkpoint left it (the restore checks the weights' digest; the sampled tokens'
-log-prob stays above the untrained policy's)."""
+killed training rank, a killed executor (whose resume then writes the store alongside another run). Each time the
+executor notices, ends every process of the run (checked by process tree) and the store holds every completed step
+and nothing half-written; `executor launch --resume` then continues the run from its newest checkpoint to the
+steps asked for, in the same store row, the policy where the checkpoint left it (the restore checks the weights'
+digest; the sampled tokens' log-prob stays above the untrained policy's)."""
 
 from __future__ import annotations
 
@@ -115,8 +115,8 @@ def _resume_and_check(store: Path, run: dict, steps: int) -> dict:
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     from executor.store import Store
 
-    (after,) = _runs(store)
-    assert after["run_id"] == run["run_id"] and after["status"] == "finished"
+    (after,) = (r for r in _runs(store) if r["run_id"] == run["run_id"])
+    assert after["status"] == "finished"
     assert [s["step"] for s in after["stored"]] == list(range(1, steps + 1))
     (resumed,) = after["info"]["resumes"]
     point = resumed["from_step"]
@@ -193,10 +193,18 @@ def test_a_killed_training_rank_fails_the_run_and_leaves_nothing(tmp_path: Path)
 
 
 @needs_stack
-@pytest.mark.timeout(600)
-def test_a_killed_executor_takes_its_run_with_it_and_keeps_the_steps(tmp_path: Path) -> None:
-    proc = _start(_plan(tmp_path, "local-grpo.yaml", checkpoint_every=2), 40, tmp_path / "s.sqlite",
-                  tmp_path / "run")
+@pytest.mark.timeout(900)
+def test_a_killed_executor_leaves_whole_steps_and_its_resume_shares_the_store_with_another_run(tmp_path: Path) -> None:
+    """The executor killed (SIGKILL) at a random moment of a step: every process of its run ends with it and the
+    store keeps whole steps only. Its resume then writes that store while a second run, started at the same moment,
+    writes it too: both finish with every step. The store, the run folders and the second plan sit under paths
+    carrying shell metacharacters: the launch passes them as arguments (torchrun's argv, the job file), never
+    through a shell, so the canary is never touched."""
+    canary = tmp_path / "canary"
+    folder = tmp_path / f"a;$(touch {canary}) `touch {canary}` |& b'\""
+    folder.mkdir(parents=True)  # the canary's path adds folders
+    store = folder / "s.sqlite"
+    proc = _start(_plan(tmp_path, "local-grpo.yaml", checkpoint_every=2), 40, store, folder / "run dir")
     _read_until(proc, "step 2/40")
     t2 = time.monotonic()
     _read_until(proc, "step 3/40")
@@ -209,33 +217,20 @@ def test_a_killed_executor_takes_its_run_with_it_and_keeps_the_steps(tmp_path: P
     print(f"killed {delay:.2f} s after step 3 (a step takes {step_s:.2f} s; FAULT_SEED={seed} repeats it)")
     proc.wait(timeout=30)
     assert _wait_gone(tree, 90) == [], [(p, _comm(p)) for p in _alive(tree)]
-    (run,) = _runs(tmp_path / "s.sqlite")
+    (run,) = _runs(store)
     stored = run["stored"]
     assert len(stored) >= 3 and [s["step"] for s in stored] == list(range(1, len(stored) + 1))
     assert all(s["phases_s"]["step"] > 0 and s["micro_batches"] for s in stored)  # nothing half-written
     assert run["status"] == "running"  # nobody was left to say otherwise; resume takes it over
-    _resume_and_check(tmp_path / "s.sqlite", run, len(stored) + 3)
 
-
-@needs_stack
-@pytest.mark.timeout(900)
-def test_two_runs_write_one_store_at_once_and_metacharacters_in_paths_reach_no_shell(tmp_path: Path) -> None:
-    """Two runs at once in one store, both finished with every step. The store, one plan and its run folder sit
-    under paths carrying shell metacharacters: the launch passes them as arguments (torchrun's argv, the job
-    file), never through a shell, so the canary is never touched."""
-    canary = tmp_path / "canary"
-    folder = tmp_path / f"a;$(touch {canary}) `touch {canary}` |& b'\""
-    folder.mkdir(parents=True)  # the canary's path adds folders
-    store = folder / "s.sqlite"
     odd = folder / "plan;x.yaml"
-    odd.write_text(_plan(tmp_path, "local-grpo.yaml", small=True).read_text())
-    (tmp_path / "plain").mkdir()
-    plain = _plan(tmp_path / "plain", "local-grpo.yaml", small=True)
-    procs = [_start(odd, 4, store, folder / "run dir"), _start(plain, 4, store, tmp_path / "run1")]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [o[-2000:] for o in outs]
-    runs = _runs(store)
-    assert len(runs) == 2 and all(r["status"] == "finished" and len(r["stored"]) == 4 for r in runs)
-    assert [s["step"] for r in runs for s in r["stored"]] == [1, 2, 3, 4] * 2
-    assert sorted(r["plan_path"] for r in runs) == sorted([str(odd.resolve()), str(plain.resolve())])
+    (tmp_path / "small").mkdir()
+    odd.write_text(_plan(tmp_path / "small", "local-grpo.yaml", small=True).read_text())
+    other = _start(odd, 4, store, folder / "run;2 dir")
+    _resume_and_check(store, run, len(stored) + 3)
+    out = other.communicate(timeout=600)[0]
+    assert other.returncode == 0, out[-2000:]
+    (second,) = (r for r in _runs(store) if r["run_id"] != run["run_id"])
+    assert second["status"] == "finished" and [s["step"] for s in second["stored"]] == [1, 2, 3, 4]
+    assert second["plan_path"] == str(odd.resolve())
     assert not canary.exists()

@@ -134,10 +134,12 @@ def test_the_dsv4_miniature_trains_like_the_other_examples(tmp_path: Path) -> No
 @needs_stack
 @pytest.mark.timing
 @pytest.mark.timeout(900)
-def test_ppo_trains_a_critic_and_the_model_calibrated_on_grpo_predicts_its_step(tmp_path: Path) -> None:
+def test_ppo_trains_a_critic_and_the_model_calibrated_on_grpo_predicts_its_step(default_plan_run,
+                                                                               tmp_path: Path) -> None:
     """examples/local-ppo.yaml for 20 steps: the critic (a value head on the actor's model) runs before the actor
     every step and its value loss falls; the local-cpu stack calibrated on a GRPO run of the same machine and
-    batch predicts the PPO step (the critic's passes and update priced from the actor's)."""
+    batch (the session's launch of the default plan, tests/executor/conftest.py) predicts the PPO step (the
+    critic's passes and update priced from the actor's)."""
     import statistics
 
     import yaml
@@ -151,12 +153,15 @@ def test_ppo_trains_a_critic_and_the_model_calibrated_on_grpo_predicts_its_step(
 
     cases = {}
     busy = host_busy()
-    for plan, steps in (("local-ppo.yaml", 20), ("local-grpo.yaml", 6)):
+    for plan in ("local-ppo.yaml", "local-grpo.yaml"):
         sub = tmp_path / plan.removesuffix(".yaml")
         sub.mkdir()
-        _res, store_path, _run_dir = _launch(plan, steps, sub)
+        if plan == "local-ppo.yaml":
+            _res, store_path, _run_dir = _launch(plan, 20, sub)
+        else:
+            _res, store_path, _run_dir = default_plan_run
         (run,) = Store(store_path).runs()
-        assert run["status"] == "finished" and run["steps"] == steps
+        assert run["status"] == "finished"
         if plan == "local-ppo.yaml":
             records = Store(store_path).steps(run["run_id"])
             for s in records:

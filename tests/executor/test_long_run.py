@@ -2,7 +2,8 @@
 studies/long-run/run.py, the study's own code: it finishes, no step stalls, the reward ends at least where it
 began, the log-prob gap is recorded every step, and memory is flat (peak RSS of the trainer and of SGLang's
 processes at the last step within 10% of step 10's). The same launch is the default plan's launch test
-(test_local_launch.check_default_plan_launch): one launch for both."""
+(test_local_launch.check_default_plan_launch) and the PPO test's GRPO calibration run: one launch for all three
+(tests/executor/conftest.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.executor.test_local_launch import REPO, _launch, check_default_plan_launch, needs_stack
+from tests.executor.conftest import DEFAULT_PLAN_STEPS
+from tests.executor.test_local_launch import REPO, check_default_plan_launch, needs_stack
 
 pytestmark = [pytest.mark.slow]
 
@@ -25,9 +27,9 @@ def _study() -> object:
 
 @needs_stack
 @pytest.mark.timeout(900)
-def test_a_long_run_is_flat_in_memory_without_a_stall(tmp_path: Path) -> None:
-    steps = 25
-    res, store_path, run_dir = _launch("local-grpo.yaml", steps, tmp_path)
+def test_a_long_run_is_flat_in_memory_without_a_stall(default_plan_run, tmp_path: Path) -> None:
+    steps = DEFAULT_PLAN_STEPS
+    res, store_path, run_dir = default_plan_run
     check_default_plan_launch(res, store_path, run_dir, steps)
     study = _study()
     assert study.main(["--summarize-only", "--store", str(store_path), "--out", str(tmp_path)]) == 0

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfmodel.sweep.odds import TIE_CONFIDENCE, beats, rank_odds, tie_groups
+from perfmodel.sweep.odds import PARAMETER_DRAWS, TIE_CONFIDENCE, beats, rank_odds, tie_groups
 
 
 def _phi(x: float) -> float:
@@ -101,3 +101,33 @@ def test_a_sweeps_top_plans_carry_p_best_and_tie_groups(tmp_path: Path, monkeypa
     assert groups[0] == 1 and groups == sorted(groups) and all(b - a <= 1 for a, b in zip(groups, groups[1:]))
     one = sweep(small_spec(), out=tmp_path / "one", top=1, workers=1, report=False)
     assert one.top[0]["p_best"] == 1.0 and one.top[0]["tie_group"] == 1  # a lone plan is surely the best of one
+    summary = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert summary["odds"]["parameters"] and summary["odds"]["parameter_draws"] == PARAMETER_DRAWS
+    assert all(t["draws_lost"] == 0 for t in top)  # the small sweep's plans fit in memory under every draw
+
+
+def test_an_overlay_without_uncertainty_leaves_only_the_plans_own_errors_and_says_so(tmp_path: Path, capsys,
+                                                                                      monkeypatch) -> None:
+    import yaml
+
+    from perfmodel.cli import main
+    from perfmodel.inputs.plan import load_plan
+    from perfmodel.inputs.scenario import build_scenario
+    from tests.sweep.test_sweep import SEED_PLAN, small_spec
+
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path / "cache"))
+    spec_path = tmp_path / "sweep.yaml"
+    spec_path.write_text(yaml.safe_dump(small_spec().model_dump(mode="json", by_alias=True)))
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(yaml.safe_dump({
+        "stack": build_scenario(load_plan(SEED_PLAN)).stack.id, "hardware": None,
+        "stack_params": {"train_compute_scale": 1.5},
+        "uncertainty": {"covariance_log": {"names": ["stack.train_compute_scale"], "matrix": [[0.0]]},
+                        "residual_sigma_log": 0.05}}))
+    assert main(["sweep", str(spec_path), "--out", str(tmp_path / "s"), "--workers", "1", "--top", "3",
+                 "--no-report", "--calibration", str(cal)]) == 0
+    out = capsys.readouterr().out
+    odds = json.loads((tmp_path / "s" / "summary.json").read_text())["odds"]
+    assert odds["parameters"] == [] and "own error only" in odds["basis"]
+    assert "p best from each plan's own error only: the calibration gives its parameters no uncertainty" in \
+        " ".join(out.split())
