@@ -107,6 +107,18 @@ def _top_table(objective: str, top_rows: list[dict[str, Any]]) -> Any:
     return table
 
 
+def _odds_notes(odds: dict[str, Any] | None, top_rows: list[dict[str, Any]]) -> list[str]:
+    """What the p best column rests on, when it is less than a reader assumes: no parameter spread, lost draws."""
+    from perfmodel.sweep.odds import PARAMETER_DRAWS
+
+    notes = [f"p best from {odds['basis']}"] if odds and not odds["parameters"] else []
+    lost = [f"plan {r['rank']} in {r['draws_lost']}" for r in top_rows if r.get("draws_lost")]
+    if lost:
+        notes.append(f"p best: some parameter draws break a plan's physics (out of memory, an impossible result): "
+                     f"{', '.join(lost)} of {PARAMETER_DRAWS}, each counted as a draw it loses")
+    return notes
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.progress import (
         BarColumn,
@@ -153,14 +165,8 @@ def run(args: argparse.Namespace) -> int:
     if equal:
         console.print("plans in one row predict the same: the model does not price "
                       + ", ".join(k.replace("_", " ") for k in equal) + " there", soft_wrap=True)
-    if ranking.odds and not ranking.odds["parameters"]:
-        console.print(f"p best from {ranking.odds['basis']}", soft_wrap=True)
-    lost = [f"plan {r['rank']} in {r['draws_lost']}" for r in top_rows if r.get("draws_lost")]
-    if lost:
-        from perfmodel.sweep.odds import PARAMETER_DRAWS
-
-        console.print(f"p best: some parameter draws break a plan's physics (out of memory, an impossible result): "
-                      f"{', '.join(lost)} of {PARAMETER_DRAWS}, each counted as a draw it loses", soft_wrap=True)
+    for line in _odds_notes(ranking.odds, top_rows):
+        console.print(line, soft_wrap=True)
     fresh = ranking.candidates - outcome.cached - outcome.not_evaluated
     speed = (f" ({fresh / outcome.elapsed_s:,.0f}/s)" if fresh and outcome.elapsed_s > 0 else "")
     invalid = (f", {outcome.invalid:,} refused as impossible results (a model bug: see status 'invalid' in the "
