@@ -90,6 +90,7 @@ class Ranking:
     report: Path | None = None
     files: list[Path] = field(default_factory=list)
     odds: dict[str, Any] | None = None  # how the top plans' p_best was drawn (summary.json's "odds")
+    settle: dict[str, Any] | None = None  # the short run that would best settle the choice (perfmodel/sweep/settle.py)
 
 
 def _sweep_inputs(spec: SweepSpec | str | PathLike | None, spec_path: str, calibration: CalibrationLike,
@@ -159,7 +160,7 @@ def sweep(spec: SweepSpec | str | PathLike | None = None, *, spec_path: str = ""
                 if result_cache:
                     result_cache.close()
             try:
-                top_rows, files, odds = write_sweep_folder(out_dir, spec, spec_path, outcome, hw, cal, top=top,
+                top_rows, files, said = write_sweep_folder(out_dir, spec, spec_path, outcome, hw, cal, top=top,
                                                            band=band)
             finally:
                 outcome.rows.close()
@@ -169,7 +170,7 @@ def sweep(spec: SweepSpec | str | PathLike | None = None, *, spec_path: str = ""
 
             html = Path(build_report(out_dir, out_html=out_dir / "report.html"))
             files.append(html)
-    return Ranking(spec, out_dir, outcome.candidates, outcome, top_rows, html, files, odds)
+    return Ranking(spec, out_dir, outcome.candidates, outcome, top_rows, html, files, said["odds"], said["settle"])
 
 
 @dataclass

@@ -107,15 +107,21 @@ def _top_table(objective: str, top_rows: list[dict[str, Any]]) -> Any:
     return table
 
 
-def _odds_notes(odds: dict[str, Any] | None, top_rows: list[dict[str, Any]]) -> list[str]:
-    """What the p best column rests on, when it is less than a reader assumes: no parameter spread, lost draws."""
+def _odds_lines(ranking: Any) -> list[str]:
+    """What the p best column rests on when it is less than a reader assumes (no parameter spread, lost draws),
+    and the launch that would best settle the choice."""
     from perfmodel.sweep.odds import PARAMETER_DRAWS
 
+    odds, st = ranking.odds, ranking.settle
     notes = [f"p best from {odds['basis']}"] if odds and not odds["parameters"] else []
-    lost = [f"plan {r['rank']} in {r['draws_lost']}" for r in top_rows if r.get("draws_lost")]
+    lost = [f"plan {r['rank']} in {r['draws_lost']}" for r in ranking.top if r.get("draws_lost")]
     if lost:
         notes.append(f"p best: some parameter draws break a plan's physics (out of memory, an impossible result): "
                      f"{', '.join(lost)} of {PARAMETER_DRAWS}, each counted as a draw it loses")
+    if st and not ranking.outcome.interrupted:
+        notes.append(f"to settle the choice: {st['measurement']} ({st['gpus']} GPUs, about {st['expected_s']:.0f} s "
+                     f"of steps plus start-up): the leader's p best {st['p_best_now']:.2f} -> about "
+                     f"{st['p_best_after']:.2f}\n  {st['command']}\n  then: {st['then']}")
     return notes
 
 
@@ -165,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     if equal:
         console.print("plans in one row predict the same: the model does not price "
                       + ", ".join(k.replace("_", " ") for k in equal) + " there", soft_wrap=True)
-    for line in _odds_notes(ranking.odds, top_rows):
+    for line in _odds_lines(ranking):
         console.print(line, soft_wrap=True)
     fresh = ranking.candidates - outcome.cached - outcome.not_evaluated
     speed = (f" ({fresh / outcome.elapsed_s:,.0f}/s)" if fresh and outcome.elapsed_s > 0 else "")

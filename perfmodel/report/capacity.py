@@ -183,6 +183,21 @@ def _ranked_table(data: Any, rows: list[dict[str, Any]]) -> str:
             "</table></div>")
 
 
+def _settle_paragraph(settle: Any) -> str:
+    """summary.json's settling measurement (perfmodel/sweep/settle.py) in a sentence and its commands."""
+    if not isinstance(settle, dict) or not isinstance(settle.get("command"), str):
+        return ""
+
+    def num(key: str, fmt: str) -> str:  # summary.json is read as found: a figure that is not one shows as a dash
+        v = settle.get(key)
+        return fmt.format(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else "–"
+
+    return (f"<p>To settle the choice: {_e(settle.get('measurement'))} ({num('gpus', '{:,.0f}')} GPUs, about "
+            f"{num('expected_s', '{:,.0f}')} s of steps plus start-up): the leader's p best "
+            f"{num('p_best_now', '{:.2f}')} becomes about {num('p_best_after', '{:.2f}')}.</p>"
+            f"<pre>{_e(settle['command'])}\n{_e(settle.get('then', ''))}</pre>")
+
+
 def _odds_cell(p_best: Any, group: Any) -> str:
     if not isinstance(p_best, (int, float)) or isinstance(p_best, bool):
         return "<td class=num>–</td>"
@@ -221,7 +236,7 @@ def _render(data: Any, top: int) -> tuple[dict[str, Any], str]:
             "hide). Memory is the predicted peak per GPU against what the GPU offers; "
             "<span class=over>red</span> means it does not fit, <span class=tight>amber</span> less than 8% "
             "headroom. The plan column names the plan file the sweep wrote for the top layouts.</p>"
-            + _ranked_table(data, top_rows))
+            + _ranked_table(data, top_rows) + _settle_paragraph(data.summary.get("settle")))
         figs["2_breakdown"] = F.breakdown_figure(top_rows)
         body["breakdown"] = (
             "<p>Each bar is one layout's predicted RL step, split into the parts that take wall time: rollout "

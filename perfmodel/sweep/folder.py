@@ -28,9 +28,9 @@ def write_summary(spec: SweepSpec, outcome: SweepOutcome, top: list[dict[str, An
 
 def write_sweep_folder(out_dir: Path, spec: SweepSpec, spec_path: str, outcome: SweepOutcome, hw: HardwareProfile,
                        cal: Any, *, top: int, band: bool
-                       ) -> tuple[list[dict[str, Any]], list[Path], dict[str, Any] | None]:
-    """Everything a sweep writes but its report; returns the top rows (with `plan_path`), the files and how the
-    top plans' odds were drawn."""
+                       ) -> tuple[list[dict[str, Any]], list[Path], dict[str, Any]]:
+    """Everything a sweep writes but its report; returns the top rows (with `plan_path`), the files and what
+    summary.json says of the ranking's odds (`odds`: how they were drawn; `settle`: the settling measurement)."""
     from perfmodel.inputs.run import RunSpec
     from perfmodel.sweep.odds import add_odds
     from perfmodel.sweep.ranking import add_bands, group_equal_plans, write_plans
@@ -47,7 +47,14 @@ def write_sweep_folder(out_dir: Path, spec: SweepSpec, spec_path: str, outcome: 
     top_summary = write_plans(top_rows, by_index, out_dir / "plans", cal, Path(spec_path).name)
     for row, entry in zip(top_rows, top_summary):
         row["plan_path"] = entry["plan_path"]
-    extra: dict[str, Any] = {"odds": odds} if odds else {}
+    extra: dict[str, Any] = {}
+    if odds is not None:
+        from perfmodel.sweep.settle import settling_measurement
+
+        compared = top_rows[:len(odds.values)]
+        extra["odds"] = odds.info
+        extra["settle"] = settling_measurement(compared, odds.values, odds.shared, odds.drawn, odds.plan_sigma_log)
+    said = {k: extra.get(k) for k in ("odds", "settle")}
     files = [Path(e["plan_path"]) for e in top_summary]
     if top_rows:
         from perfmodel.predict import simulate_run
@@ -59,4 +66,4 @@ def write_sweep_folder(out_dir: Path, spec: SweepSpec, spec_path: str, outcome: 
         files.append(out_dir / "best_trace.json")
     outcome.rows.write_csv(out_dir / "candidates.csv")
     write_summary(spec, outcome, top_summary, out_dir / "summary.json", extra)
-    return top_rows, files + [out_dir / "candidates.csv", out_dir / "summary.json"], odds
+    return top_rows, files + [out_dir / "candidates.csv", out_dir / "summary.json"], said

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -67,12 +68,26 @@ def tie_groups(n: int, beats: Callable[[int, int], float]) -> list[int]:
     return group
 
 
+@dataclass
+class Odds:
+    """How the compared plans' odds were drawn (`info`, for summary.json) and the draws (the settling measurement
+    reads them): the plans' objective `values`, `shared` (draws x plans: the ln slow-down the parameters give, each
+    parameter draw repeated OWN_DRAWS times; NaN where a plan cannot be priced) and `drawn` (the objective with each
+    plan's own error too)."""
+
+    info: dict[str, Any]
+    values: np.ndarray
+    shared: np.ndarray
+    drawn: np.ndarray
+    plan_sigma_log: float
+
+
 def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, cal: Any,
-             seed: int = 0) -> dict[str, Any] | None:
+             seed: int = 0) -> Odds | None:
     """`p_best`, `tie_group` and `draws_lost` in each of the first ODDS_PLANS top rows (ranked, best first): p_best is
     the share of draws in which the plan is the best of those; draws_lost, the parameter draws that break the plan's
-    physics (out of memory, an impossible result), each counted as a draw it loses. Returns how the odds were
-    drawn, for summary.json (None without plans)."""
+    physics (out of memory, an impossible result), each counted as a draw it loses. Returns the odds (None without
+    plans)."""
     from perfmodel.calibration import repriced, uncertain_parameters
     from perfmodel.inputs.run import RunSpec
     from perfmodel.inputs.scenario import build_scenario
@@ -97,8 +112,9 @@ def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, 
     for row, p, g, n in zip(top_rows, p_best, groups, lost):
         row["p_best"], row["tie_group"], row["draws_lost"] = round(float(p), 4), g, int(n)
     spread = bool(names) and bool(np.any(np.diag(np.array(cov).reshape(len(names), len(names))) > 0))
-    return {"plans": len(top_rows), "parameter_draws": PARAMETER_DRAWS, "own_draws": OWN_DRAWS,
+    info = {"plans": len(top_rows), "parameter_draws": PARAMETER_DRAWS, "own_draws": OWN_DRAWS,
             "parameters": list(names) if spread else [], "plan_sigma_log": round(PLAN_SIGMA_LOG[kind], 4),
             "tie_confidence": TIE_CONFIDENCE,
             "basis": "shared parameters and each plan's own error" if spread else
                      "each plan's own error only: the calibration gives its parameters no uncertainty"}
+    return Odds(info, values, np.repeat(shared, OWN_DRAWS, axis=0), drawn, PLAN_SIGMA_LOG[kind])

@@ -342,3 +342,22 @@ def test_malformed_csv_quote(sweep_dir: Path, tmp_path: Path) -> None:
     p.write_text("\n".join(lines) + "\n")
     e = _err(d)
     assert e.source == str(p) and e.field.startswith("line")
+
+
+def test_the_settling_measurement_is_said_under_the_ranking_and_odd_figures_show_as_dashes(sweep_dir: Path,
+                                                                                            tmp_path: Path) -> None:
+    folder = tmp_path / "sweep"
+    shutil.copytree(sweep_dir, folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    settle = {"measurement": "plan 2 (x) launched for 3 steps", "command": "executor launch --plan p.yaml --steps 3",
+              "then": "executor export RUN --out settle.yaml", "gpus": 32, "expected_s": 201.4, "p_best_now": 0.22,
+              "p_best_after": 0.331}
+    (folder / "summary.json").write_text(json.dumps(summary | {"settle": settle}))
+    text = build_report(folder, out_html=tmp_path / "r.html").read_text(encoding="utf-8")
+    assert ("To settle the choice: plan 2 (x) launched for 3 steps (32 GPUs, about 201 s of steps plus start-up): "
+            "the leader's p best 0.22 becomes about 0.33.") in text
+    assert "executor launch --plan p.yaml --steps 3" in text
+    odd = settle | {"gpus": "many", "p_best_after": None}
+    (folder / "summary.json").write_text(json.dumps(summary | {"settle": odd}))
+    text = build_report(folder, out_html=tmp_path / "r2.html").read_text(encoding="utf-8")
+    assert "(– GPUs," in text and "becomes about –." in text

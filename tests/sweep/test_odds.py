@@ -131,3 +131,16 @@ def test_an_overlay_without_uncertainty_leaves_only_the_plans_own_errors_and_say
     assert odds["parameters"] == [] and "own error only" in odds["basis"]
     assert "p best from each plan's own error only: the calibration gives its parameters no uncertainty" in \
         " ".join(out.split())
+
+
+def test_a_sweeps_summary_names_the_settling_launch_of_one_of_its_top_plans(tmp_path: Path, monkeypatch) -> None:
+    from perfmodel.api import sweep
+    from tests.sweep.test_sweep import small_spec
+
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path / "cache"))
+    ranking = sweep(small_spec(), out=tmp_path / "s", top=4, workers=1, report=False)
+    settle = json.loads((tmp_path / "s" / "summary.json").read_text())["settle"]
+    assert settle == ranking.settle and settle["command"].startswith("executor launch --plan ")
+    assert settle["command"].split()[3] in {t["plan_path"] for t in ranking.top}
+    assert len(settle["candidates"]) == len(ranking.top) and settle["gpus"] > 0 and settle["expected_s"] > 0
+    assert settle["p_best_after"] >= max(c["p_best_after"] for c in settle["candidates"]) - 0.01

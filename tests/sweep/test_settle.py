@@ -1,0 +1,60 @@
+"""The settling measurement (perfmodel/sweep/settle.py): what a plan's launch would tell, checked where the answer
+is known in closed form, and which launch is named."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from perfmodel.inputs.overlay import RUN_SIGMA_LOG
+from perfmodel.sweep.settle import SETTLE_STEPS, p_best_after, settling_measurement
+
+
+def _draws(values: list[float], shared: np.ndarray, sigma: float, n: int, seed: int = 7
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    v = np.array(values)
+    own = np.random.default_rng(seed).normal(0.0, sigma, size=(n, len(v))) if sigma else np.zeros((n, len(v)))
+    return v, shared, v[None, :] * np.exp(shared + own)
+
+
+def test_measuring_one_of_two_equal_plans_is_right_as_often_as_the_bivariate_normal_says() -> None:
+    """Two plans predicted alike, each with its own error e ~ N(0, s^2): the launch of plan 1 sees e1 + noise (sd
+    r) and keeps plan 1 when that is negative. It is right when (e1 + noise) and (e1 - e2) share a sign:
+    1/2 + asin(rho)/pi, rho = s^2 / sqrt((s^2 + r^2) 2 s^2)."""
+    s, n = 0.3, 400_000
+    v, shared, drawn = _draws([100.0, 100.0], np.zeros((n, 2)), s, n)
+    rho = s ** 2 / math.sqrt((s ** 2 + RUN_SIGMA_LOG ** 2) * 2 * s ** 2)
+    expected = 0.5 + math.asin(rho) / math.pi
+    assert p_best_after(v, shared, drawn, s, 0) == pytest.approx(expected, abs=0.004)
+    assert p_best_after(v, shared, drawn, s, 1) == pytest.approx(expected, abs=0.004)
+
+
+def test_a_launch_that_fixes_the_shared_parameter_settles_plans_that_differ_only_through_it() -> None:
+    """No own errors; the plans trade places as one shared parameter moves: any launch reveals it, so the choice
+    afterwards is always right."""
+    theta = np.random.default_rng(3).normal(0.0, 0.5, 50_000)
+    shared = np.column_stack([theta, -theta])
+    v, shared, drawn = _draws([100.0, 101.0], shared, 0.0, len(theta))
+    assert float(np.mean(np.argmin(drawn, axis=1) == 0)) < 0.6  # before: a near coin toss
+    assert p_best_after(v, shared, drawn, 0.0, 0) == 1.0 and p_best_after(v, shared, drawn, 0.0, 1) == 1.0
+
+
+def test_a_plan_that_is_never_best_is_not_worth_launching_and_the_cheaper_of_equals_is_named() -> None:
+    n, s = 100_000, 0.2
+    v, shared, drawn = _draws([100.0, 100.0, 300.0], np.zeros((n, 3)), s, n)
+    rows = [{"rank": i + 1, "label": f"p{i + 1}", "gpus": g, "step_time_s": float(v[i]),
+             "plan_path": f"/p/{i + 1}.yaml", "p_best": p} for i, (g, p) in enumerate([(64, 0.5), (32, 0.5), (8, 0.0)])]
+    settle = settling_measurement(rows, v, shared, drawn, s)
+    after = {c["rank"]: c["p_best_after"] for c in settle["candidates"]}
+    assert after[3] == pytest.approx(0.5, abs=0.01)  # it tells nothing about plans 1 and 2
+    assert after[1] == pytest.approx(after[2], abs=0.01) and after[1] > 0.6
+    assert settle["command"] == f"executor launch --plan /p/2.yaml --steps {SETTLE_STEPS}"  # plan 2: half the GPUs
+    assert settle["gpus"] == 32 and settle["expected_s"] == SETTLE_STEPS * 100.0
+    assert settle["p_best_now"] == 0.5 and settle["p_best_after"] == after[2]
+
+
+def test_a_lone_plan_has_nothing_to_settle() -> None:
+    v, shared, drawn = _draws([100.0], np.zeros((10, 1)), 0.2, 10)
+    assert settling_measurement([{"rank": 1, "gpus": 8, "step_time_s": 100.0}], v, shared, drawn, 0.2) is None
