@@ -132,7 +132,7 @@ def test_printed_commands_paste_as_one_word_per_value(tmp_path: Path, capsys) ->
     assert main(["sweep", str(small_sweep(tmp_path)), "--out", str(out), "--no-report"]) == 0
     lines = [ln.strip().split("  (")[0] for ln in capsys.readouterr().out.splitlines()
              if ln.strip().startswith(("executor launch", "perfmodel simulate"))]
-    assert len(lines) == 2
+    assert len(lines) == 3  # the settling launch, the best plan's simulate and its dry run
     for line in lines:
         words = shlex.split(line)
         plan = words[words.index("--plan") + 1] if "--plan" in words else words[2]
