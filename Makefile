@@ -18,4 +18,4 @@ test:
 # Unit tests only (no SGLang / torchrun / Ray / Chromium integration tests), the input fuzz at a fifth of its
 # count (make test runs all of it).
 test-fast:
-	FUZZ_SCALE=0.2 python3 -m pytest -n 2 --dist loadgroup -m "not slow"
+	FUZZ_SCALE=0.2 python3 -m pytest -n 3 --dist loadgroup -m "not slow"

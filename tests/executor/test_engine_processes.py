@@ -51,7 +51,7 @@ _RELAY_CHECK = textwrap.dedent("""
         got = []
         signal.signal(signal.SIGQUIT, lambda *a: got.append(1))
         os.environ["RANK"] = "0"  # as under torchrun: the forkserver starts without it
-        engine_processes.prestart("LlamaForCausalLM")
+        engine_processes.prestart("LlamaForCausalLM", import_sglang=False)  # the relay needs no SGLang
         ctx = multiprocessing.get_context("forkserver")
         q = ctx.Queue()
         p = ctx.Process(target=child, args=(q,))

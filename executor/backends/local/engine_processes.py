@@ -35,6 +35,7 @@ EXTERNAL_MODELS = "executor.backends.local.sglang_models"  # model classes SGLan
 _OUR_ARCHITECTURES = ("Dsv4MiniForCausalLM",)
 # Set in the forkserver's environment only: the pid of the engine's process, where SIGQUIT goes on.
 _RELAY_TO = "EXECUTOR_ENGINE_PROCESS_PID"
+_IMPORT_SGLANG = "EXECUTOR_ENGINE_PRELOAD_SGLANG"  # "1": the forkserver imports SGLang before it forks anything
 _PRELOAD = ("sglang.srt.managers.scheduler", "sglang.srt.managers.detokenizer_manager",
             "sglang.srt.model_executor.model_runner", "sglang.srt.models.registry")
 
@@ -66,21 +67,25 @@ def _set_env(key: str, value: str | None) -> None:
 _started_for: str | None = None  # the architecture this process's forkserver was started for
 
 
-def prestart(architecture: str) -> None:
+def prestart(architecture: str, import_sglang: bool = True) -> None:
     """CPU only: start the forkserver the engine's processes will come from, SGLang imported in it, now, so that
     the imports overlap the trainer's setup (call it before the trainer imports megatron-core). Again after an
     engine's shutdown (which ends the forkserver with the engine's other processes), it starts a new one; a
-    process keeps to the architecture it started with (another one's engine spawns, as SGLang does)."""
+    process keeps to the architecture it started with (another one's engine spawns, as SGLang does).
+    `import_sglang=False`: the forkserver without SGLang (15 s of imports here), for a process that forks no
+    engine from it (tests/executor/test_engine_processes.py's relay check)."""
     global _started_for
     if not needs_cpu_shims() or _started_for not in (None, architecture):
         return
     multiprocessing.set_forkserver_preload([__name__])
     with engine_environment(architecture):
         os.environ[_RELAY_TO] = str(os.getpid())
+        os.environ[_IMPORT_SGLANG] = "1" if import_sglang else "0"
         try:
             multiprocessing.forkserver.ensure_running()
         finally:
             os.environ.pop(_RELAY_TO, None)
+            os.environ.pop(_IMPORT_SGLANG, None)
     _started_for = architecture
 
 
@@ -91,9 +96,10 @@ def _relay_sigquit(signum: int, _frame: Any) -> None:
 if os.environ.get(_RELAY_TO) and os.getppid() == int(os.environ[_RELAY_TO]):  # imported as the forkserver's preload
     import importlib
 
-    apply_sglang_shims()  # before SGLang's layers are imported: every forked process starts shimmed
-    for _module in _PRELOAD:
-        importlib.import_module(_module)
+    if os.environ.get(_IMPORT_SGLANG) == "1":
+        apply_sglang_shims()  # before SGLang's layers are imported: every forked process starts shimmed
+        for _module in _PRELOAD:
+            importlib.import_module(_module)
     signal.signal(signal.SIGQUIT, _relay_sigquit)
 
 
