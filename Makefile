@@ -2,11 +2,10 @@
 # Install the test dependencies, then run the whole suite (the README's test command; .ci/run calls it).
 # pytest exits 5 when it collects no test: that is a failure here, said plainly.
 # The unit tests run in three pytest-xdist workers on the two cores: many of them wait on a subprocess (a sweep
-# being interrupted, a CLI run), and a third worker fills those waits (unit phase 253 -> 238 s here); the
-# integration tests (real SGLang, torchrun, Ray, Chromium:
-# marked slow) run after them one at a time: each real run keeps both cores busy (torch's threads, SGLang's
-# processes), and two at once run each 2-3x slower (measured: 639 s for what takes about 690 s one at a time) and
-# miss the fault tests' deadlines. The two that compare timings of real runs (marked timing) come last in that
+# being interrupted, a CLI run), and a third worker fills those waits (unit phase 253 -> 238 s here). The
+# integration tests (real SGLang, torchrun, Ray, Chromium: marked slow) run after them one at a time: each real
+# run keeps both cores busy (torch's threads, SGLang's processes), and two at once run each 2-3x slower (measured:
+# 639 s for what takes about 690 s one at a time) and miss the fault tests' deadlines. The two that compare timings of real runs (marked timing) come last in that
 # session, on a host that has finished everything else (tests/conftest.py orders them).
 test:
 	bash scripts/install-test-deps.sh
