@@ -110,14 +110,12 @@ def _top_table(objective: str, top_rows: list[dict[str, Any]]) -> Any:
 def _odds_lines(ranking: Any) -> list[str]:
     """What the p best column rests on when it is less than a reader assumes (no parameter spread, lost draws),
     and the launch that would best settle the choice."""
-    from perfmodel.sweep.odds import PARAMETER_DRAWS
-
     odds, st = ranking.odds, ranking.settle
     notes = [f"p best from {odds['basis']}"] if odds and not odds["parameters"] else []
     lost = [f"plan {r['rank']} in {r['draws_lost']}" for r in ranking.top if r.get("draws_lost")]
     if lost:
         notes.append(f"p best: some parameter draws break a plan's physics (out of memory, an impossible result): "
-                     f"{', '.join(lost)} of {PARAMETER_DRAWS}, each counted as a draw it loses")
+                     f"{', '.join(lost)} of {odds['parameter_draws']}, each counted as a draw it loses")
     if st and not ranking.outcome.interrupted:
         notes.append(f"to settle the choice: {st['measurement']} ({st['gpus']} GPUs, about {st['expected_s']:.0f} s "
                      f"of steps plus start-up): the leader's p best {st['p_best_now']:.2f} -> about "

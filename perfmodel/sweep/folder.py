@@ -47,14 +47,13 @@ def write_sweep_folder(out_dir: Path, spec: SweepSpec, spec_path: str, outcome: 
     top_summary = write_plans(top_rows, by_index, out_dir / "plans", cal, Path(spec_path).name)
     for row, entry in zip(top_rows, top_summary):
         row["plan_path"] = entry["plan_path"]
-    extra: dict[str, Any] = {}
+    said: dict[str, Any] = {"odds": None, "settle": None}
     if odds is not None:
         from perfmodel.sweep.settle import settling_measurement
 
-        compared = top_rows[:len(odds.values)]
-        extra["odds"] = odds.info
-        extra["settle"] = settling_measurement(compared, odds.values, odds.shared, odds.drawn, odds.plan_sigma_log)
-    said = {k: extra.get(k) for k in ("odds", "settle")}
+        said = {"odds": odds.info, "settle": settling_measurement(top_rows[:len(odds.values)], odds.values,
+                                                                  odds.shared, odds.drawn, odds.plan_sigma_log)}
+    extra: dict[str, Any] = dict(said) if odds is not None else {}
     files = [Path(e["plan_path"]) for e in top_summary]
     if top_rows:
         from perfmodel.predict import simulate_run

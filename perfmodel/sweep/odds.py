@@ -44,10 +44,17 @@ def rank_odds(values: np.ndarray, shared: np.ndarray, plan_sigma_log: float, own
     slow = np.repeat(shared, own_draws, axis=0)
     if plan_sigma_log > 0:
         slow = slow + rng.normal(0.0, plan_sigma_log, size=slow.shape)
+    drawn = slowed(values, slow)
+    return np.bincount(np.argmin(drawn, axis=1), minlength=len(values)) / len(drawn), drawn
+
+
+def slowed(values: np.ndarray, slow: np.ndarray) -> np.ndarray:
+    """The objectives `values` with each plan slowed by `slow` (draws x plans, ln): a time grows, a negative
+    objective (-tokens/s) shrinks toward zero; inf (lost) where the slow-down is not finite (the plan cannot be
+    priced in that draw)."""
     with np.errstate(invalid="ignore", over="ignore"):
         drawn = values[None, :] * np.exp(np.where(values[None, :] >= 0, slow, -slow))
-    drawn = np.where(np.isfinite(slow), drawn, np.inf)  # a draw the plan cannot be priced in: it loses it
-    return np.bincount(np.argmin(drawn, axis=1), minlength=len(values)) / len(drawn), drawn
+    return np.where(np.isfinite(slow), drawn, np.inf)
 
 
 def beats(drawn: np.ndarray, i: int, j: int) -> float:
@@ -99,9 +106,10 @@ def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, 
     overlay = cal.uncertainty_only() if cal else None
     scns = [build_scenario(RunSpec.model_validate(by_index[r["index"]].run), hardware=hw) for r in top_rows]
     _, names, cov, _ = uncertain_parameters(scns[0], overlay)
+    cov_log = np.array(cov, dtype=float).reshape(len(names), len(names))
     rng = np.random.default_rng(seed)
-    thetas = rng.multivariate_normal(np.zeros(len(names)), np.array(cov).reshape(len(names), len(names)),
-                                     size=PARAMETER_DRAWS) if names else np.zeros((PARAMETER_DRAWS, 0))
+    thetas = rng.multivariate_normal(np.zeros(len(names)), cov_log, size=PARAMETER_DRAWS) if names else \
+        np.zeros((PARAMETER_DRAWS, 0))
     ratio = np.column_stack([repriced(s, overlay, thetas, "step_time_s", memo) for s in scns])
     shared = np.log(ratio)  # NaN where a draw breaks the plan's physics: rank_odds counts it lost
     values = np.array([float(r["objective_value"]) for r in top_rows])
@@ -111,7 +119,7 @@ def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, 
     lost = np.sum(~np.isfinite(shared), axis=0)
     for row, p, g, n in zip(top_rows, p_best, groups, lost):
         row["p_best"], row["tie_group"], row["draws_lost"] = round(float(p), 4), g, int(n)
-    spread = bool(names) and bool(np.any(np.diag(np.array(cov).reshape(len(names), len(names))) > 0))
+    spread = bool(np.any(np.diag(cov_log) > 0))
     info = {"plans": len(top_rows), "parameter_draws": PARAMETER_DRAWS, "own_draws": OWN_DRAWS,
             "parameters": list(names) if spread else [], "plan_sigma_log": round(PLAN_SIGMA_LOG[kind], 4),
             "tie_confidence": TIE_CONFIDENCE,

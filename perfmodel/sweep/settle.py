@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.inputs.overlay import RUN_SIGMA_LOG
+from perfmodel.sweep.odds import slowed
 
 SETTLE_STEPS = 3  # steps of the settling launch: the first is a warm-up (docs/measure.md), the median of the rest
 SETTLE_TOLERANCE = 0.01  # p_best_after this close to the best candidate's: the cheaper run is named
@@ -40,9 +41,7 @@ def p_best_after(values: np.ndarray, shared: np.ndarray, drawn: np.ndarray, plan
     shrink = plan_sigma_log ** 2 / (plan_sigma_log ** 2 + RUN_SIGMA_LOG ** 2)  # posterior mean of the own error
     estimate = shared.copy()
     estimate[:, measured] += shrink * seen
-    with np.errstate(invalid="ignore", over="ignore"):
-        priced = np.where(np.isfinite(estimate), values[None, :] * np.exp(sign * estimate), np.inf)
-    return float(np.mean(np.argmin(priced, axis=1) == np.argmin(drawn, axis=1)))
+    return float(np.mean(np.argmin(slowed(values, estimate), axis=1) == np.argmin(drawn, axis=1)))
 
 
 def settling_measurement(rows: list[dict[str, Any]], values: np.ndarray, shared: np.ndarray, drawn: np.ndarray,
