@@ -20,9 +20,10 @@ from executor.store_path import default_store_path
 
 def launch(plan: str | PathLike, *, steps: int | None = None, store: str | PathLike | None = None,
            run_dir: str | PathLike | None = None, dry_run: bool = False, ray_address: str | None = None,
-           timeout_s: float | None = None) -> RunOutcome:
+           timeout_s: float | None = None, profile_step: int | None = None) -> RunOutcome:
     """Run the plan file with the backend its `executor.backend` names (local: this machine; miles: a Ray job),
-    recording every step in the SQLite store (default: the per-user one, executor.store_path)."""
+    recording every step in the SQLite store (default: the per-user one, executor.store_path). `profile_step`
+    (local): that step's kernels recorded as kernel tables (0: the first step after the warm-up)."""
     from executor.backends.registry import backend_for
     from perfmodel.inputs.plan import load_plan
 
@@ -30,7 +31,7 @@ def launch(plan: str | PathLike, *, steps: int | None = None, store: str | PathL
     loaded = load_plan(path)
     options = LaunchOptions(plan_path=path, store_path=Path(store) if store else default_store_path(),
                             steps=steps, run_dir=Path(run_dir) if run_dir else None, dry_run=dry_run,
-                            ray_address=ray_address, timeout_s=timeout_s)
+                            ray_address=ray_address, timeout_s=timeout_s, profile_step=profile_step)
     return backend_for(loaded, path).launch(loaded, options)
 
 

@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--ray-address", help="backend miles: Ray dashboard address (default: plan options, "
                         "$RAY_ADDRESS, http://127.0.0.1:8265)")
     launch.add_argument("--timeout", type=float, help="backend miles: stop the job after this many seconds")
+    launch.add_argument("--profile", nargs="?", type=int, const=0, metavar="STEP",
+                        help="backend local: run STEP (default: the first after the warm-up) under torch.profiler and "
+                        "write its GEMM and attention kernels as kernel tables in RUN_DIR/kernels/ (docs/kernels.md)")
     launch.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     align = sub.add_parser("align", help="where rollout and training disagree: the same sequences through the SGLang "
                            "engine and the megatron-core trainer, layer by layer, each against an FP32 reference")
@@ -111,11 +114,11 @@ def _launch(args: argparse.Namespace) -> int:
     from executor.api import launch, resume
 
     if args.resume:
-        if args.dry_run or args.run_dir or args.ray_address or args.timeout:
+        if args.dry_run or args.run_dir or args.ray_address or args.timeout or args.profile is not None:
             raise InputError("--resume", "", "takes only --steps and --store (the run keeps its folder and plan)")
         return resume(args.resume, steps=args.steps, store=args.store).exit_code
     return launch(args.plan, steps=args.steps, store=args.store, run_dir=args.run_dir, dry_run=args.dry_run,
-                  ray_address=args.ray_address, timeout_s=args.timeout).exit_code
+                  ray_address=args.ray_address, timeout_s=args.timeout, profile_step=args.profile).exit_code
 
 
 def _align(args: argparse.Namespace) -> int:

@@ -23,13 +23,17 @@ from perfmodel.names import PHASE_METRICS
 def run_as_case(run: dict[str, Any], steps: list[dict[str, Any]], store_path: str, skip_steps: int = 1
                 ) -> dict[str, Any]:
     """The case dict of a stored run. The first `skip_steps` steps are left out (warm-up: allocation, first
-    weight update); each phase is the median of the rest."""
+    weight update), and so are the steps run under torch.profiler (`executor launch --profile`: slower than the
+    rest); each phase is the median of what is left."""
     plan_path = run["plan_path"]
     if not Path(plan_path).exists():
         raise InputError(store_path, "plan_path", f"the run's plan {plan_path} is gone; export needs it")
     if plan_hash(plan_path) != run["plan_hash"]:
         raise InputError(plan_path, "", "changed since the run (sha256 differs); export needs the plan it ran")
-    kept = steps[skip_steps:] or steps
+    after_warmup = steps[skip_steps:] or steps
+    profiled = set(run["info"].get("profiled_steps") or ())
+    kept = [s for s in after_warmup if s["step"] not in profiled] or after_warmup
+    warm = len(steps) - len(after_warmup)
     if not kept:
         raise InputError(store_path, "run", f"run {run['run_id']} has no steps")
     measured: dict[str, float] = {}
@@ -52,7 +56,8 @@ def run_as_case(run: dict[str, Any], steps: list[dict[str, Any]], store_path: st
     case_id = re.sub(r"[^a-z0-9.\-]+", "-", run["run_id"].lower()).strip("-")
     data |= {"id": case_id, "measured": measured,
              "source": f"executor run {run['run_id']} ({run['backend']} backend, plan {run['plan_id']} sha256 "
-                       f"{run['plan_hash']}): median of {len(kept)} steps after {len(steps) - len(kept)} warm-up",
+                       f"{run['plan_hash']}): median of {len(kept)} steps after {warm} warm-up"
+                       + (", the profiled step left out" if len(kept) < len(after_warmup) else ""),
              "notes": f"host {run['environment'].get('host')}; exported from {store_path}"}
     parse(ValidationCase, data, f"export of {run['run_id']}")  # the contract holds before anything is written
     return data

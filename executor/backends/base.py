@@ -25,6 +25,7 @@ class LaunchOptions:
     dry_run: bool = False
     ray_address: str | None = None
     timeout_s: float | None = None
+    profile_step: int | None = None  # a step to run under torch.profiler (0: the first after the warm-up); None: none
 
 
 @dataclass(frozen=True, slots=True)

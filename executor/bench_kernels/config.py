@@ -15,10 +15,6 @@ from perfmodel.errors import InputError
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 COMPUTE = ("gemm", "attention_prefill", "attention_decode", "grouped_gemm")
 MEASURED = COMPUTE + COLLECTIVES  # the order a run goes through them
-# one table file per op family
-FILE_OF: dict[str, str] = {"gemm": "gemm.csv", "attention_prefill": "attention.csv",
-                           "attention_decode": "attention.csv", "grouped_gemm": "grouped_gemm.csv",
-                           **{op: "collectives.csv" for op in COLLECTIVES}}
 # --ops also takes a family name for all of its ops
 FAMILIES: dict[str, tuple[str, ...]] = {"attention": ("attention_prefill", "attention_decode"),
                                         "collectives": COLLECTIVES}

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from executor.bench_kernels import compute
 from executor.bench_kernels.collectives import CollectiveError, run_collectives
-from executor.bench_kernels.config import COLLECTIVES, FILE_OF, BenchConfig, config_from_args
+from executor.bench_kernels.config import COLLECTIVES, BenchConfig, config_from_args
 from executor.bench_kernels.timing import Timing, time_calls
-from perfmodel.kernels.table import KernelRow, format_shape, write_table
+from perfmodel.kernels.table import FILE_OF, KernelRow, format_shape, write_table
 from perfmodel.version import __version__
 
 OnRow = Callable[[KernelRow], None]

@@ -6,10 +6,11 @@ a GPU is not measured as the host's launch-and-wait round trip."""
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from perfmodel.kernels.table import median_and_spread
 
 WARMUP_CALLS = 3
 MIN_SAMPLES = 5
@@ -25,12 +26,7 @@ class Timing:
 
 
 def summarize(per_call_s: list[float], calls_per_sample: int) -> Timing:
-    median_s = statistics.median(per_call_s)
-    if len(per_call_s) >= 2 and median_s > 0:
-        deciles = statistics.quantiles(per_call_s, n=10, method="inclusive")
-        spread = (deciles[8] - deciles[0]) / median_s
-    else:
-        spread = 0.0
+    median_s, spread = median_and_spread(per_call_s)
     return Timing(median_s, spread, len(per_call_s) * calls_per_sample)
 
 

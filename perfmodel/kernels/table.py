@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,11 @@ OPS: dict[str, tuple[tuple[str, ...], dict[str, int]]] = {
     "ep_dispatch": (("tokens", "hidden", "topk", "experts"), {"nodes": 1, "units": 0}),
     "ep_combine": (("tokens", "hidden", "topk", "experts"), {"nodes": 1, "units": 0}),
 }
+# the file each op's rows go to in a folder of tables (executor bench-kernels, executor launch --profile)
+FILE_OF: dict[str, str] = {"gemm": "gemm.csv", "grouped_gemm": "grouped_gemm.csv",
+                           **{op: "attention.csv" for op in ("attention_prefill", "attention_decode")},
+                           **{op: "collectives.csv" for op in ("all_reduce", "all_gather", "reduce_scatter",
+                                                               "all_to_all", "ep_dispatch", "ep_combine")}}
 DTYPES = ("fp32", "bf16", "fp16", "fp8", "fp8_block", "mxfp8", "fp4")
 VARIANTS = ("", "engine", "graph", "ll")
 
@@ -56,6 +62,15 @@ class KernelRow:
     def get(self, key: str) -> int:
         required, optional = OPS[self.op]
         return int(self.shape[key]) if key in self.shape else optional[key]
+
+
+def median_and_spread(per_call_s: list[float]) -> tuple[float, float]:
+    """A row's latency and `spread` from its calls' times: the median, and (P90 - P10) / median (0 for one call)."""
+    median_s = statistics.median(per_call_s)
+    if len(per_call_s) < 2 or median_s <= 0:
+        return median_s, 0.0
+    deciles = statistics.quantiles(per_call_s, n=10, method="inclusive")
+    return median_s, (deciles[8] - deciles[0]) / median_s
 
 
 def parse_shape(text: str, op: str) -> dict[str, int]:

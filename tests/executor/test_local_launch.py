@@ -36,10 +36,10 @@ def _executor(*args: str, cwd: Path, timeout: int) -> subprocess.CompletedProces
                           env=env, timeout=timeout)
 
 
-def _launch(plan: str, steps: int, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+def _launch(plan: str, steps: int, tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
     store, run_dir = tmp_path / "executor.sqlite", tmp_path / "run"
     res = _executor("launch", "--plan", str(REPO / "examples" / plan), "--steps", str(steps), "--store", str(store),
-                    "--run-dir", str(run_dir), cwd=tmp_path, timeout=420)
+                    "--run-dir", str(run_dir), *flags, cwd=tmp_path, timeout=420)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:] + _log_tail(run_dir)
     return res, store, run_dir
 
@@ -97,14 +97,25 @@ def check_default_plan_launch(res: subprocess.CompletedProcess[str], store_path:
 @pytest.mark.timeout(480)
 def test_launch_the_ep2_layout(tmp_path: Path) -> None:
     """Two ranks, each with its share of the micro-batches. The PP2 plan is checked the same way
-    (check_two_process_layout) on the run tests/executor/test_faults.py kills a rank of and resumes."""
+    (check_two_process_layout) on the run tests/executor/test_faults.py kills a rank of and resumes. Its second
+    step runs under `--profile`: every rank writes that step's GEMMs as a kernel table that `perfmodel kernels
+    check` reads."""
     from executor.store import Store
+    from perfmodel.cli import main as perfmodel_main
+    from perfmodel.kernels.table import read_table
 
-    _res, store_path, _run_dir = _launch("local-grpo-ep2.yaml", 2, tmp_path)
+    res, store_path, run_dir = _launch("local-grpo-ep2.yaml", 2, tmp_path, "--profile")
     store = Store(store_path)
     (run,) = store.runs()
-    assert run["status"] == "finished" and run["steps"] == 2
+    assert run["status"] == "finished" and run["steps"] == 2 and run["info"]["profiled_steps"] == [2]
     check_two_process_layout(run, store.steps(run["run_id"]), "TP1/PP1/EP2/DP2")
+    assert "kernels of step 2" in res.stdout
+    for rank in (0, 1):
+        rows, problems = read_table(run_dir / "kernels" / f"rank{rank}" / "gemm.csv")
+        assert problems == [] and rows and {r.hardware for r in rows} == {"cpu-local"}
+        assert any(128 in (r.shape["n"], r.shape["k"]) for r in rows)  # the model's hidden size, forward or back
+        assert all(f"step 2 rank {rank}" in r.source for r in rows)
+    assert perfmodel_main(["kernels", "check", "--tables", str(run_dir / "kernels")]) == 0
 
 
 def check_two_process_layout(run: dict, steps: list[dict], layout: str) -> None:

@@ -28,12 +28,13 @@ class LocalBackend:
             raise InputError("--steps", "", f"needs a positive number of steps, got {options.steps}")
         checked = check_plan(options.plan_path)
         steps = options.steps or LocalOptions.model_validate(checked.plan.executor.options).steps
+        profile_step = _profile_step(options.profile_step, steps)
         # unique even when two launches of one plan start in the same second (they may share a store)
         run_id = f"{checked.plan.id}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         run_dir = options.run_dir or default_run_dir(options.store_path, run_id)
         if run_dir.exists() and any(run_dir.iterdir()):
             raise InputError(str(run_dir), "--run-dir", "exists and is not empty; choose another folder")
-        return run_local(checked, run_id, run_dir, options.store_path, steps)
+        return run_local(checked, run_id, run_dir, options.store_path, steps, profile_step)
 
     def resume(self, run: dict[str, Any], options: LaunchOptions) -> RunOutcome:
         if options.steps is not None and options.steps < 1:
@@ -41,3 +42,15 @@ class LocalBackend:
         checked = check_plan(options.plan_path)
         steps = options.steps or int(run["info"].get("steps_requested") or 0)
         return resume_local(checked, run, options.store_path, steps)
+
+
+def _profile_step(asked: int | None, steps: int) -> int | None:
+    """The step `--profile` runs under torch.profiler: the one asked for, or (0) the first after the warm-up."""
+    if asked is None:
+        return None
+    if asked == 0:
+        return min(2, steps)
+    if not 1 <= asked <= steps:
+        raise InputError("--profile", "", f"step {asked} is not one of the run's steps 1-{steps}; give one of them, "
+                         "or no number for the first step after the warm-up")
+    return asked

@@ -9,6 +9,7 @@ then each rank's measurements are gathered on rank 0, which records the step (st
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from executor.backends.local.gc_pauses import GC_PAUSES
 from executor.backends.local.step_record import StepClock, record_step
 
 if TYPE_CHECKING:
+    from executor.backends.local.kernel_profile import StepProfile
     from executor.backends.local.rank_setup import Driver, RankSetup
     from executor.backends.local.trainer import TrainBatch
     from executor.backends.local.weight_update import WeightUpdateResult
@@ -29,7 +31,9 @@ def run_step(setup: RankSetup, driver: Driver | None, rng: random.Random, step: 
     clock = StepClock(time.time())
     gc_start_s = GC_PAUSES.total_s
     data = _rollout_and_broadcast(setup, driver, rng, clock)
-    mine, wu = _train_and_update(setup, driver, data, clock)
+    profile = _profile(setup, step)
+    with profile or contextlib.nullcontext():
+        mine, wu = _train_and_update(setup, driver, data, clock)
     # ---- collect per-rank measurements on rank 0
     gathered: list[Any] = [None] * setup.world if setup.rank == 0 else []
     dist.gather_object(mine, gathered if setup.rank == 0 else None, dst=0)
@@ -37,6 +41,18 @@ def run_step(setup: RankSetup, driver: Driver | None, rng: random.Random, step: 
     if driver is not None:
         data["gc_step_s"] = GC_PAUSES.total_s - gc_start_s
         record_step(setup, driver, step, data, clock, wu, gathered, step_end)
+    if profile is not None:
+        profile.write()
+
+
+def _profile(setup: RankSetup, step: int) -> StepProfile | None:
+    """The trainer's phases under torch.profiler when `executor launch --profile` asked for this step
+    (kernel_profile.py)."""
+    if setup.job.get("profile_step") != step:
+        return None
+    from executor.backends.local.kernel_profile import StepProfile
+
+    return StepProfile(setup.run_dir, setup.job["run_id"], step, setup.rank, setup.plan.hardware)
 
 
 def _rollout_and_broadcast(setup: RankSetup, driver: Driver | None, rng: random.Random,

@@ -74,8 +74,10 @@ def _stalled(run_id: str, dog: Watchdog, proc: subprocess.Popen[str], sink: Meas
     return RunOutcome(run_id, "stalled", done, EXIT_STALLED)
 
 
-def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, steps: int) -> RunOutcome:
-    """A new run: its folder, its store row, then the run."""
+def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, steps: int,
+           profile_step: int | None = None) -> RunOutcome:
+    """A new run: its folder, its store row, then the run; `profile_step` runs under torch.profiler
+    (kernel_profile.py) and is recorded as `profiled_steps`, which `executor export` leaves out."""
     plan = checked.plan
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "logs").mkdir(exist_ok=True)
@@ -88,12 +90,14 @@ def launch(checked: CheckedPlan, run_id: str, run_dir: Path, store_path: Path, s
         run_id=run_id, plan_id=plan.id, plan_hash=plan_hash(checked.path), plan_path=str(checked.path.resolve()),
         backend="local", hardware=plan.hardware, layout=plan.train.layout.model_copy(update={"dp": checked.dp}).short(),
         run_dir=str(run_dir.resolve()), started_at=time.time(), environment=env_record,
-        predicted=plan.predicted.model_dump(exclude_none=True), info={"steps_requested": steps},
+        predicted=plan.predicted.model_dump(exclude_none=True),
+        info={"steps_requested": steps, **({"profiled_steps": [profile_step]} if profile_step else {})},
     )
     with run_lock(run_dir, store_path):
         sink.start_run(record)
         print(f"run {run_id}: {plan.id} on {plan.hardware}, {record.layout}, {steps} steps -> {run_dir}", flush=True)
-        return _run(checked, run_id, run_dir, store_path, steps, sink, {}, "torchrun.log", "trace.json")
+        extra = {"profile_step": profile_step} if profile_step else {}
+        return _run(checked, run_id, run_dir, store_path, steps, sink, extra, "torchrun.log", "trace.json")
 
 
 def resume(checked: CheckedPlan, run: dict[str, Any], store_path: Path, steps: int) -> RunOutcome:

@@ -22,6 +22,9 @@ class MilesBackend:
     name = "miles"
 
     def launch(self, plan: Plan, options: LaunchOptions) -> RunOutcome:
+        if options.profile_step is not None:
+            raise InputError(options.plan_path, "executor.backend", "--profile is for backend local (torch.profiler "
+                             "in its trainer ranks); this plan runs backend miles: leave --profile out")
         if options.dry_run:  # --steps, --store, --run-dir and --ray-address do not change the printed launch
             result = run_miles(plan, options.plan_path, dry_run=True)
             return RunOutcome(result.run_id, "dry_run", 0, 0)
