@@ -105,19 +105,20 @@ def gemm_time_s(
     *,
     out_bytes_per_element: float = 2.0,
     quantize: bool = True,
+    one_kernel: bool = False,
 ) -> float:
-    """Roofline time of `batch` same-shape GEMMs [m, k] @ [k, n] (a grouped GEMM when batch > 1):
-    max(FLOPs / (peak(dtype) x curve.efficiency(FLOPs of one GEMM)), bytes / (hbm_bw x hbm_efficiency)).
-    A low-precision GEMM adds the cast of its A operand (`quantize_hbm_bytes`) unless `quantize` is False: training
-    prices its FP8 casts per recipe as kernels of the layer's Work (`cost/train/layers.py::fp8_cast_work`).
-
-    The efficiency is that of one GEMM of the group: grouped MoE GEMMs with few rows per expert run well
-    below the large-GEMM rate (tile and wave quantisation), which the curve's fall-off stands in for.
+    """Roofline time of `batch` same-shape GEMMs [m, k] @ [k, n]:
+    max(FLOPs / (peak(dtype) x curve.efficiency(FLOPs)), bytes / (hbm_bw x hbm_efficiency)), the curve read at the
+    FLOPs of one GEMM (separate kernels, each paying the curve's fixed cost), or with `one_kernel` at the FLOPs of
+    the whole batch: one batched kernel (bmm / baddbmm, as the unfused attention's scores and values run) pays the
+    fixed cost once and its batch fills the device together. A low-precision GEMM adds the cast of its A operand
+    (`quantize_hbm_bytes`) unless `quantize` is False: training prices its FP8 casts per recipe as kernels of the
+    layer's Work (`cost/train/layers.py::fp8_cast_work`).
     """
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     one = gemm_flops(m, n, k)
-    compute = one * batch / gemm_rate(hw, dtype, one)
+    compute = one * batch / gemm_rate(hw, dtype, one * batch if one_kernel else one)
     nbytes = gemm_hbm_bytes(m, n, k, dtype, batch, out_bytes_per_element)
     t = max(compute, memory_bound_time_s(hw, nbytes))
     if quantize and dtype in LOW_PRECISION:  # the cast of A is its own kernel before the GEMM: it cannot hide under it

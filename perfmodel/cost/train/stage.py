@@ -142,13 +142,15 @@ def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement], e
         if g.grouped:
             dgrad_s += _grouped_times(hw, g, t)
             continue
-        # FP8 casts are kernels of the Work (layers.py fp8_cast_work), not part of the GEMM's time
-        f = gemm_time_s(hw, g.m, g.n, g.k, g.dtype, g.batch, quantize=False)
+        # FP8 casts are kernels of the Work (layers.py fp8_cast_work), not part of the GEMM's time; a materialized
+        # attention's scores and values are one batched kernel each (Megatron's baddbmm / bmm), its gradients too
+        one = g.core_attention
+        f = gemm_time_s(hw, g.m, g.n, g.k, g.dtype, g.batch, quantize=False, one_kernel=one)
         t.fwd += f
-        dx = gemm_time_s(hw, g.m, g.k, g.n, g.dtype, g.batch, quantize=False)  # dX = dY W^T
+        dx = gemm_time_s(hw, g.m, g.k, g.n, g.dtype, g.batch, quantize=False, one_kernel=one)  # dX = dY W^T
         t.bwd_in += dx
         if g.core_attention:  # activation x activation (scores, PV): the second gradient is an input gradient too
-            t.bwd_in += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch, quantize=False)
+            t.bwd_in += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch, quantize=False, one_kernel=True)
             t.core_fwd += f
         else:
             dgrad_s += dx
