@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from perfmodel.errors import InputError
-from perfmodel.inputs.hardware import HardwareOptions
+from perfmodel.inputs.hardware_file import HardwareOptions
 from perfmodel.inputs.job import RLSpec, TrainSpec
 from perfmodel.inputs.stack import StackOptions
 

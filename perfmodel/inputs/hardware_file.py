@@ -1,0 +1,205 @@
+"""The hardware profile file's schema (`hwprofiles/<id>.yaml`): every number `{value: ..., source: "..."}`, so
+that each constant names where it comes from; `perfmodel/inputs/hardware.py` flattens a checked file into the
+`HardwareProfile` the cost functions read. `HardwareOptions`: the facts a run measured about its own hardware."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Num(_Strict):
+    value: float
+    source: str = Field(min_length=3, description="URL, paper table or measurement file")
+
+    @field_validator("source")
+    @classmethod
+    def _source_named(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("every number needs its source (URL, paper table, or measurement file)")
+        return v
+
+
+class Text(_Strict):
+    value: str
+    source: str = Field(min_length=3)
+
+
+class Frac(Num):
+    @field_validator("value")
+    @classmethod
+    def _in_unit(cls, v: float) -> float:
+        if not 0.0 < v <= 1.0:
+            raise ValueError("an efficiency must be in (0, 1]")
+        return v
+
+
+class Positive(Num):
+    @field_validator("value")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("must be > 0")
+        return v
+
+
+class NonNegative(Num):
+    @field_validator("value")
+    @classmethod
+    def _non_negative(cls, v: float) -> float:
+        if v < 0:
+            raise ValueError("must be >= 0")
+        return v
+
+
+class PeakTflops(_Strict):
+    bf16: Positive
+    fp8: Positive | None = None
+    fp4: Positive | None = None
+
+
+class ScaleUpFile(_Strict):
+    topology: Text  # full_mesh | switch
+    domain_gpus: Positive
+    links_per_gpu: Positive
+    link_bandwidth_bytes_per_s: Positive  # one link, one direction
+    gpu_bandwidth_bytes_per_s: Positive  # all links of one GPU, one direction
+    latency_s: NonNegative
+
+    @field_validator("topology")
+    @classmethod
+    def _topology(cls, v: Text) -> Text:
+        if v.value not in ("full_mesh", "switch"):
+            raise ValueError("topology.value must be full_mesh or switch")
+        return v
+
+
+class ScaleOutFile(_Strict):
+    nic_bandwidth_bytes_per_s: Positive  # per GPU, one direction
+    latency_s: NonNegative
+
+
+class HostFile(_Strict):
+    memory_bytes: Positive  # per node
+    link_bandwidth_bytes_per_s: Positive  # per GPU, host <-> device, one direction
+
+
+class GemmCurveFile(_Strict):
+    max: Frac  # efficiency reached by large GEMMs
+    half_flops: Positive  # GEMM size (FLOPs) at which half of `max` is reached
+
+
+class PerFabric(_Strict):
+    scale_up: Num
+    scale_out: Num
+
+
+class GroupedGemmFile(_Strict):
+    """One grouped GEMM kernel over an MoE layer's local experts (cost/compute.py grouped_gemm_time_s)."""
+
+    rel_efficiency: Positive  # compute rate relative to the dense curve's max (no production-shape factor)
+    fixed_s: NonNegative  # per grouped-GEMM kernel (launch, routing metadata, ramp, tail)
+    per_expert_s: NonNegative  # per expert that gets rows: a sequential per-expert loop's launch; 0 when fused
+    tile_rows: Positive  # an expert's rows run in tiles of this many (padding)
+
+
+class EPKernelFile(_Strict):
+    """A DeepEP-style (normal mode) expert-parallel dispatch / combine kernel (cost/dispatch.py)."""
+
+    dispatch_floor_s: NonNegative  # per call: notify, layout, host sync of the receive counts
+    combine_floor_s: NonNegative
+    dispatch_unit_bytes_per_s: Positive  # bytes/s one SM / CU given to the kernel moves (scale-up)
+    combine_unit_bytes_per_s: Positive
+    units: Positive  # SMs / CUs the framework gives it by default
+
+
+class AttentionFloorFile(_Strict):
+    """The fixed times of one attention kernel (launch, scheduling metadata, tail) and of its work units."""
+    decode: NonNegative  # an engine's decode attention (paged KV, one query per sequence)
+    prefill: NonNegative  # a causal prefill / training flash-attention forward (its backward pays it too)
+    decode_kv_head: NonNegative  # an engine's decode, per request and KV head on the GPU (its work item), any context
+    decode_query_head: NonNegative  # ... and per request and query head (the query's load, the output's store)
+    prefill_query_head: NonNegative  # a flash forward per query row and head (Q load, softmax bookkeeping, output)
+
+
+class EngineGemmRelFile(_Strict):
+    """An engine's low-precision GEMM rate relative to the dense curve's (no production-shape factor), per recipe."""
+
+    fp8: Positive  # per-tensor / per-token scaled FP8 (w8a8, dynamic activation scales)
+    fp8_block: Positive  # block-scaled FP8 (128x128 weight blocks, 1x128 activation groups; MXFP8 alike)
+    fp4: Positive  # NVFP4 / MXFP4
+
+
+class EngineGemmFile(_Strict):
+    """An inference engine's linear layer (SGLang, vLLM, TRT-LLM): the GEMM at its recipe's rate and, in low
+    precision, the kernel that quantizes the activations first (cost/compute.py engine_gemm_time_s)."""
+
+    # the dynamic activation-quantize kernel's fixed time (launch, reduction, tail); 0: the engine has no
+    # low-precision GEMM and quantizes nothing (cpu-local)
+    quant_fixed_s: NonNegative
+    rel_efficiency: EngineGemmRelFile
+
+
+class ProtocolFile(_Strict):
+    """Two protocols, the faster taken per message: a low-latency one at a fraction of the bus bandwidth (NCCL's
+    LL, a custom all-reduce's one-shot) and a bulk one at the full bus bandwidth after an extra latency."""
+
+    small_bw_fraction: Frac
+    bulk_extra_latency_s: NonNegative
+
+
+class EfficiencyFile(_Strict):
+    gemm: dict[Literal["bf16", "fp8", "fp4"], GemmCurveFile]
+    hbm: Frac
+    collective_bus: PerFabric
+    all_to_all_bus: PerFabric
+    collective_latency_s: PerFabric  # per-call base of a collective (what a 1-step ring would pay)
+    collective_step_latency_s: PerFabric  # added per ring step: 2(n-1) for all-reduce, n-1 for all-gather
+    graph_all_reduce_latency_s: Num  # an engine's in-graph custom all-reduce inside one scale-up domain
+    small_protocol: ProtocolFile  # NCCL collectives inside one scale-up domain (cost/comm.py _protocols)
+    graph_small_protocol: ProtocolFile  # the same for the engine's in-graph custom all-reduce
+    all_to_all_latency_s: PerFabric | None = None  # per-call floor of an all-to-all; default: collective_latency_s
+    grouped_gemm: GroupedGemmFile
+    ep_kernel: EPKernelFile
+    attention_floor_s: AttentionFloorFile
+    engine_gemm: EngineGemmFile
+    optimizer_hbm: Frac
+    host_link: Frac
+
+    @field_validator("gemm")
+    @classmethod
+    def _bf16_required(cls, v: dict[str, GemmCurveFile]) -> dict[str, GemmCurveFile]:
+        if "bf16" not in v:
+            raise ValueError("gemm needs at least a bf16 curve")
+        return v
+
+
+class HardwareOptions(_Strict):
+    """Facts a run's source measured about its hardware; each overrides the profile's number (the local
+    executor's host probe: a `cpu-local` host runs bf16 matmuls at 6 or at 200 GFLOP/s depending on its CPU)."""
+
+    source: str = Field(min_length=3, description="where the numbers were measured")
+    peak_tflops_bf16: float | None = Field(None, gt=0)
+    peak_tflops_fp8: float | None = Field(None, gt=0)
+    gemm_half_flops_bf16: float | None = Field(None, gt=0)
+    gemm_half_flops_fp8: float | None = Field(None, gt=0)
+
+
+class HardwareFile(_Strict):
+    id: str
+    name: str
+    vendor: Literal["amd", "nvidia", "cpu"]
+    peak_tflops: PeakTflops
+    hbm_bytes: Positive
+    hbm_bandwidth_bytes_per_s: Positive
+    gpus_per_node: Positive
+    scale_up: ScaleUpFile
+    scale_out: ScaleOutFile
+    host: HostFile
+    efficiency: EfficiencyFile
+    notes: str = ""
