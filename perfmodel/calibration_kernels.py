@@ -29,12 +29,12 @@ from perfmodel.kernels.table import KernelRow
 # The parameters each op's price reads (those a fit may move). GEMM curves are added per dtype present.
 OP_PARAMS: dict[str, tuple[str, ...]] = {
     "all_reduce": ("collective_latency_scale_up_s", "collective_step_latency_scale_up_s",
-                   "collective_bus_efficiency_scale_up", "small_protocol_bw_fraction",
+                   "collective_bus_efficiency_scale_up", "collective_peer_ramp", "small_protocol_bw_fraction",
                    "small_protocol_bulk_extra_latency_s"),
     "all_gather": ("collective_latency_scale_up_s", "collective_step_latency_scale_up_s",
-                   "collective_bus_efficiency_scale_up"),
+                   "collective_bus_efficiency_scale_up", "collective_peer_ramp"),
     "reduce_scatter": ("collective_latency_scale_up_s", "collective_step_latency_scale_up_s",
-                       "collective_bus_efficiency_scale_up"),
+                       "collective_bus_efficiency_scale_up", "collective_peer_ramp"),
     "all_to_all": ("all_to_all_latency_scale_up_s", "all_to_all_efficiency_scale_up"),
     "grouped_gemm": ("grouped_gemm_rel_efficiency", "grouped_gemm_fixed_s", "grouped_gemm_per_expert_s",
                      "hbm_efficiency"),

@@ -97,8 +97,25 @@ def scale_up_raw_bytes_per_s(hw: HardwareProfile, ranks_in_domain: int) -> float
     return hw.scale_up_gpu_bytes_per_s
 
 
+# The group size the profiles' scale-up bus efficiencies are quoted at (nccl-tests on one 8-GPU node: 7 peers).
+REFERENCE_PEERS = 7
+
+
+def peer_ramp(hw: HardwareProfile, k: int) -> float:
+    """The share of its 8-GPU bus efficiency a ring collective over `k` ranks of one switch domain reaches:
+    p (7 + c) / (7 (p + c)) for p = k - 1 < 7 peers, c the profile's `collective_peer_ramp`; 1 from 7 peers on and
+    on a full mesh (whose links per peer `scale_up_raw_bytes_per_s` counts). NCCL on NVSwitch moves a 2-GPU
+    group's buffers at 0.66-0.83 and a 4-GPU group's at 0.84-0.98 of the 8-GPU busbw, on every NVIDIA GPU
+    measured (aiconfigurator-core 0.12.0 nccl tables: A100, H100, H200, B200, GB200, GB300)."""
+    p = k - 1
+    c = hw.collective_peer_ramp
+    if hw.scale_up_topology == "full_mesh" or c <= 0 or p >= REFERENCE_PEERS or p < 1:
+        return 1.0
+    return p * (REFERENCE_PEERS + c) / (REFERENCE_PEERS * (p + c))
+
+
 def _busbw_up(hw: HardwareProfile, k: int) -> float:
-    return scale_up_raw_bytes_per_s(hw, k) * hw.collective_bus_efficiency_scale_up
+    return scale_up_raw_bytes_per_s(hw, k) * hw.collective_bus_efficiency_scale_up * peer_ramp(hw, k)
 
 
 def _busbw_out(hw: HardwareProfile) -> float:

@@ -55,6 +55,7 @@ class HardwareProfile:
     hbm_efficiency: float
     collective_bus_efficiency_scale_up: float
     collective_bus_efficiency_scale_out: float
+    collective_peer_ramp: float
     all_to_all_efficiency_scale_up: float
     all_to_all_efficiency_scale_out: float
     collective_latency_scale_up_s: float
@@ -107,6 +108,7 @@ class HardwareProfile:
         "hbm_efficiency",
         "collective_bus_efficiency_scale_up",
         "collective_bus_efficiency_scale_out",
+        "collective_peer_ramp",
         "all_to_all_efficiency_scale_up",
         "all_to_all_efficiency_scale_out",
         "collective_latency_scale_up_s",
@@ -239,6 +241,7 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         hbm_efficiency=e.hbm.value,
         collective_bus_efficiency_scale_up=e.collective_bus.scale_up.value,
         collective_bus_efficiency_scale_out=e.collective_bus.scale_out.value,
+        collective_peer_ramp=e.collective_peer_ramp.value if e.collective_peer_ramp else 0.0,
         all_to_all_efficiency_scale_up=e.all_to_all_bus.scale_up.value,
         all_to_all_efficiency_scale_out=e.all_to_all_bus.scale_out.value,
         collective_latency_scale_up_s=e.collective_latency_s.scale_up.value,

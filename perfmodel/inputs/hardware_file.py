@@ -157,6 +157,9 @@ class EfficiencyFile(_Strict):
     gemm: dict[Literal["bf16", "fp8", "fp4"], GemmCurveFile]
     hbm: Frac
     collective_bus: PerFabric
+    # switch fabrics: a ring collective over p < 7 peers of one domain reaches the bus efficiency (an 8-GPU figure)
+    # x p (7 + c) / (7 (p + c)), c this value (cost/comm.py peer_ramp); absent: 0, no ramp
+    collective_peer_ramp: NonNegative | None = None
     all_to_all_bus: PerFabric
     collective_latency_s: PerFabric  # per-call base of a collective (what a 1-step ring would pay)
     collective_step_latency_s: PerFabric  # added per ring step: 2(n-1) for all-reduce, n-1 for all-gather

@@ -11,6 +11,7 @@ from perfmodel.cost.comm import (
     all_to_all_s,
     bus_bandwidth_bytes_per_s,
     group_placement,
+    peer_ramp,
     placement_from_stride,
     reduce_scatter_s,
     send_recv_s,
@@ -57,13 +58,23 @@ def test_xgmi_tp2_is_one_link_hardware_md_2c():
     assert 5.5 < tp8 / tp2 < 7.5
 
 
-def test_nvswitch_gives_every_group_the_full_bandwidth():
+def test_nvswitch_gives_every_group_the_full_bandwidth_at_a_small_groups_ramp():
+    """NVSwitch: every group reaches the GPU's full NVLink bandwidth, a ring over p < 7 peers at p (7 + c) /
+    (7 (p + c)) of the 8-GPU bus efficiency (peer_ramp: NCCL's 2- and 4-GPU groups in the kernel tables)."""
     hw = load_hardware("h100-sxm")
-    tp2 = _busbw(hw, "all_reduce", all_reduce_s, 4 * GIB, GroupPlacement(2, 2))
-    tp8 = _busbw(hw, "all_reduce", all_reduce_s, 4 * GIB, GroupPlacement(8, 8))
-    assert tp2 == pytest.approx(tp8, rel=0.01)  # the bulk protocol's extra latency is 0.1% of 4 GiB's time
-    # same GPU count, same message: on the mesh TP2 is much slower than on the switch relative to TP8
+    c = hw.collective_peer_ramp
+    assert c == pytest.approx(0.35)
+    tp = {n: _busbw(hw, "all_reduce", all_reduce_s, 4 * GIB, GroupPlacement(n, n)) for n in (2, 4, 8)}
+    # the bulk protocol's extra latency is 0.1% of 4 GiB's time
+    assert tp[2] / tp[8] == pytest.approx(1 * (7 + c) / (7 * (1 + c)), rel=0.01)  # 0.78
+    assert tp[4] / tp[8] == pytest.approx(3 * (7 + c) / (7 * (3 + c)), rel=0.01)  # 0.94
+    assert tp[8] == pytest.approx(hw.scale_up_gpu_bytes_per_s * hw.collective_bus_efficiency_scale_up, rel=0.01)
+    assert peer_ramp(hw, 8) == peer_ramp(load_hardware("gb200"), 72) == 1.0  # from 7 peers on: the 8-GPU figure
+    assert _busbw(hw, "all_gather", all_gather_s, 4 * GIB, GroupPlacement(2, 2)) / tp[8] == pytest.approx(
+        tp[2] / tp[8], rel=0.01)  # the ring collectives alike
     mesh = load_hardware("mi355x")
+    assert peer_ramp(mesh, 2) == 1.0  # a mesh counts its links per peer instead (scale_up_raw_bytes_per_s)
+    # same GPU count, same message: on the mesh TP2 is much slower than on the switch relative to TP8
     r_mesh = all_reduce_s(mesh, GIB, GroupPlacement(2, 2)) / all_reduce_s(mesh, GIB, GroupPlacement(8, 8))
     r_switch = all_reduce_s(hw, GIB, GroupPlacement(2, 2)) / all_reduce_s(hw, GIB, GroupPlacement(8, 8))
     assert r_mesh > 3 and r_switch < 1

@@ -91,8 +91,9 @@ def test_one_hbm_rate_and_no_gpu_arithmetic_in_sim() -> None:
     assert roofline_s(10.0, 2.0, 3.0, 1.0) == 5.0 and roofline_s(1.0, 2.0, 3.0, 1.0) == 3.0
     readers = {str(p.relative_to(REPO)) for p in (REPO / "perfmodel").rglob("*.py")
                if "hbm_bandwidth_bytes_per_s" in p.read_text(encoding="utf-8")}
-    # the profile's schema, the one rate, and `perfmodel hardware` printing the profile
-    assert readers == {"perfmodel/inputs/hardware.py", "perfmodel/cost/compute.py", "perfmodel/commands/hardware.py"}
+    # the profile file's schema and the profile, the one rate, and `perfmodel hardware` printing the profile
+    assert readers == {"perfmodel/inputs/hardware_file.py", "perfmodel/inputs/hardware.py",
+                       "perfmodel/cost/compute.py", "perfmodel/commands/hardware.py"}
     for p in (REPO / "perfmodel" / "sim").glob("*.py"):
         uses = re.findall(r"\w\.\w*efficiency\b", p.read_text(encoding="utf-8"))  # hw.hbm_efficiency, ...
         assert not uses, f"sim/{p.name} prices with a hardware efficiency: {uses}"
