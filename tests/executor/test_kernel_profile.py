@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from executor.backends.base import LaunchOptions
 from executor.backends.local.backend import _profile_step
-from executor.backends.local.kernel_profile import kernel_rows, write_kernel_tables
+from executor.backends.local.kernel_profile import kernel_rows, raw_cpu_events, write_kernel_tables
 from executor.backends.registry import backend_for
 from executor.cli import main
 from executor.export import run_as_case
@@ -29,7 +29,7 @@ SEED = REPO / "examples" / "seed-mi355x-dsv4.yaml"
 LOCAL = REPO / "examples" / "local-grpo.yaml"
 
 
-def _trace() -> list:
+def _profile():
     from torch.profiler import ProfilerActivity, profile
 
     x = torch.randn(48, 32, requires_grad=True)  # fp32: 48 tokens, 32 in, 96 out
@@ -40,7 +40,11 @@ def _trace() -> list:
             F.linear(x, w).sum().backward()
         F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
         torch.relu(x)  # not a kernel the tables hold
-    return prof.events()
+    return prof
+
+
+def _trace() -> list:
+    return _profile().events()
 
 
 def test_a_traced_step_becomes_one_row_per_kernel_shape():
@@ -54,6 +58,18 @@ def test_a_traced_step_becomes_one_row_per_kernel_shape():
     assert attention.op == "attention_prefill" and attention.dtype == "bf16" and attention.repetitions == 1
     assert dict(attention.shape) == {"batch": 2, "seq": 8, "heads": 4, "kv_heads": 2, "head_dim": 16, "cached": 4}
     assert {r.hardware for r in rows} == {"cpu-local"} and {r.world_size for r in rows} == {1}
+
+
+def test_a_cpu_steps_raw_events_give_the_same_rows():
+    """On a CPU the raw profiler events (fast) and torch's FunctionEvents (its device-time attribution, for GPUs)
+    give the same rows."""
+    prof = _profile()
+    raw, full = (kernel_rows(events, "cpu-local", "t") for events in (raw_cpu_events(prof), prof.events()))
+    assert [(r.op, r.shape, r.dtype, r.repetitions) for r in raw] == [(r.op, r.shape, r.dtype, r.repetitions)
+                                                                      for r in full]
+    assert [r.latency_s for r in raw] == pytest.approx([r.latency_s for r in full], rel=1e-9)
+    assert [r.spread for r in raw] == pytest.approx([r.spread for r in full], rel=1e-6)
+    assert {e.name for e in raw_cpu_events(prof)} >= {"aten::mm", "aten::_scaled_dot_product_flash_attention_for_cpu"}
 
 
 def test_the_tables_are_what_kernels_check_reads(tmp_path):
