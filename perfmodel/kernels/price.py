@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from perfmodel.cost.comm import GroupPlacement, collective_s, graph_all_reduce_s
+from perfmodel.cost.comm import GroupPlacement, collective_s, graph_all_reduce_s, peer_ramp
 from perfmodel.cost.compute import (
     attention_time_s,
     engine_gemm_time_s,
@@ -233,6 +233,8 @@ def explain(lane: Lane, row: KernelRow, hw: HardwareProfile) -> list[Term]:
         # the fixed part is the same function's price of a 1-byte message (base + ring steps)
         floor = lane.price(dataclasses.replace(row, shape={**row.shape, "bytes": 1}), hw)
         terms = [("GPUs, per scale-up domain", g.size, f"x {g.gpus_per_node_in_group}"),
+                 *([("small group's share of the 8-GPU bus efficiency (peer ramp)",
+                     peer_ramp(hw, g.gpus_per_node_in_group), "")] if row.op != "all_to_all" else []),
                  ("per-call latency floor", floor * 1e6, "us"),
                  ("bytes moved / bus bandwidth", (total - floor) * 1e6, "us"),
                  ("bus bandwidth (nccl-tests busbw)", _busbw_gbs(row, total), "GB/s")]

@@ -170,6 +170,10 @@ def test_show_prints_the_terms(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for term in ("gemm fp8 on mi355x", "curve half_flops", "efficiency at these FLOPs", "memory time", "price"):
         assert term in out
+    assert main(["kernels", "show", "reduce_scatter", "bytes=268435456", "--hardware", "h100-sxm",
+                 "--world-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "share of the 8-GPU bus efficiency (peer ramp)       0.777778" in out  # 1 (7 + 0.35) / (7 (1 + 0.35))
 
 
 def test_a_grouped_gemm_row_faster_than_the_peak_as_read_is_skipped_with_its_reason() -> None:
