@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from perfmodel.errors import InputError
+from perfmodel.kernels.load import DEFAULT_ROWS_PER_TABLE
 
 if TYPE_CHECKING:
     from perfmodel.calibration import Calibration
@@ -252,10 +253,12 @@ def calibrate(cases: PathsLike, *, params: Sequence[str] | None = None, stack: s
 
 
 def calibrate_kernels(tables: PathsLike, *, hardware: str, hardware_params: Sequence[str] = (),
-                      out: str | PathLike | None = None, command: str = "") -> Calibration:
+                      out: str | PathLike | None = None, command: str = "",
+                      rows_per_table: int | None = DEFAULT_ROWS_PER_TABLE) -> Calibration:
     """Fit `hardware`'s kernel parameters (default: those the tables' rows are priced with) to measured kernel
-    tables (`executor bench-kernels` output, the project's CSV format, or aiconfigurator-core's folder); the usual
-    overlay, written to `out` when given."""
+    tables (`executor bench-kernels` output, the project's CSV format, or aiconfigurator-core's folder, of which an
+    evenly spaced sample of `rows_per_table` rows per table is read; None: every row); the usual overlay, written
+    to `out` when given."""
     from perfmodel.calibration import write_calibration
     from perfmodel.calibration_kernels import fit_kernel_calibration
     from perfmodel.inputs.hardware import load_hardware
@@ -263,7 +266,7 @@ def calibrate_kernels(tables: PathsLike, *, hardware: str, hardware_params: Sequ
 
     hw = load_hardware(hardware, field="--hardware")
     paths = [Path(p) for p in ([tables] if isinstance(tables, (str, PathLike)) else tables)]
-    rows, problems = load_tables(paths, {hw.id})
+    rows, problems = load_tables(paths, {hw.id}, rows_per_table)
     for line in problems:
         print(f"skipped: {line}", file=sys.stderr)
     cal = fit_kernel_calibration(rows, hw, list(hardware_params) or None, [str(p) for p in paths], command)

@@ -12,14 +12,12 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 
 from perfmodel.errors import InputError
+from perfmodel.kernels.load import DEFAULT_ROWS_PER_TABLE
 from perfmodel.report.console import FORMATS, console, new_table, write_rows
 
 if TYPE_CHECKING:
     from perfmodel.inputs.hardware import HardwareProfile
     from perfmodel.kernels.check import CheckResult
-
-DEFAULT_ROWS_PER_TABLE = 3000
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     k = sub.add_parser("kernels", help="check kernel prices against measured kernel tables, or show one price",

@@ -13,6 +13,10 @@ from perfmodel.kernels.table import KernelRow, read_table
 REPO_TABLES = Path(__file__).resolve().parents[2] / "studies" / "kernels"
 
 
+# an evenly spaced sample of at most this many rows of each aiconfigurator table (0 / None: every row, ~4 M)
+DEFAULT_ROWS_PER_TABLE = 3000
+
+
 def default_table_paths() -> list[Path]:
     paths = [p for p in (default_tables_dir(), REPO_TABLES) if p is not None and p.is_dir()]
     return paths

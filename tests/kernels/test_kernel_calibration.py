@@ -65,3 +65,21 @@ def test_the_command_writes_an_overlay_that_kernels_check_and_validate_take(tmp_
     assert main(["kernels", "check", str(tables), "--calibration", str(out), "--format", "json"]) == 0
     assert main(["calibrate", "--kernels", str(tables), "--out", str(out)]) == 2  # no --hardware
     assert "--kernels fits one hardware profile" in capsys.readouterr().err
+
+
+def test_an_aiconfigurator_folder_is_sampled_as_kernels_check_samples_it(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    """The shipped excerpt of aiconfigurator-core's tables: `--rows-per-table N` fits at most N rows of each table
+    (the whole installed tree is about 4 M rows: minutes unsampled); a negative N is one line, exit 2."""
+    from perfmodel.api import calibrate_kernels
+
+    excerpt = Path(__file__).resolve().parents[1] / "data" / "kernels" / "aiconfigurator"
+    tables = len(list(excerpt.glob("h200_sxm/*/*/*/*.parquet")))
+    few = calibrate_kernels(excerpt, hardware="h200", rows_per_table=5)
+    every = calibrate_kernels(excerpt, hardware="h200", rows_per_table=None)
+    assert 0 < few.fit["n_figures"] <= 5 * tables < every.fit["n_figures"]
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", "--kernels", str(excerpt), "--hardware", "h200", "--out", str(out),
+                 "--rows-per-table", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "--rows-per-table" in err and err.count("\n") == 1 and not out.exists()
