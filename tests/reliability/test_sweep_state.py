@@ -25,6 +25,13 @@ from perfmodel.sweep.spec import SweepSpec, default_sweep_path
 pytestmark = pytest.mark.xdist_group("sweep-cache")
 
 
+@pytest.fixture(autouse=True)
+def _few_odds_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the cache, the folder and the space, not the odds: 4 parameter draws instead of 32
+    (the odds' re-pricing was 7 of a small sweep's 8.5 s; tests/sweep/test_odds.py checks the odds)."""
+    monkeypatch.setattr("perfmodel.sweep.odds.PARAMETER_DRAWS", 4)
+
+
 def small_sweep(tmp_path: Path, **space) -> Path:
     """A sweep file of a few dozen candidates (DSV4-Flash, four MI355X nodes)."""
     base = yaml.safe_load(default_sweep_path().read_text())

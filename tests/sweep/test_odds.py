@@ -88,6 +88,33 @@ def test_a_draw_is_priced_exactly_kinks_included() -> None:
     assert ratio[1] >= first_order * (1 - 1e-6)  # a max of phases is convex: first order never overshoots
 
 
+def test_one_parameters_draws_read_off_an_exact_grid_and_exactly_where_it_breaks_physics() -> None:
+    """A pretraining plan has one uncertain parameter: each draw is read off exact re-pricings at GRID_POINTS values
+    of it (linear in ln between); below a grid value where the plan beats the GPU's peak (NaN), draws are re-priced
+    exactly. Against exact re-pricing at every draw: the same lost draws, the rest within the grid's spacing."""
+    from perfmodel.calibration import repriced, uncertain_parameters
+    from perfmodel.inputs.case import load_case
+    from perfmodel.inputs.scenario import build_scenario
+    from perfmodel.memo import Memo
+    from perfmodel.sweep.odds import GRID_POINTS, _repriced_draws
+    from tests.conftest import CASES_DIR
+
+    scn = build_scenario(load_case(CASES_DIR / "mbridge-h100-sxm-llama3-8b-fp8.yaml"))
+    _, names, cov, _ = uncertain_parameters(scn, None)
+    assert names == ["stack.train_compute_scale"]
+    cov_log = np.array(cov, dtype=float)
+    thetas = np.random.default_rng(3).normal(0.0, math.sqrt(cov_log[0, 0]), size=(PARAMETER_DRAWS, 1))
+    thetas[:2, 0] = (-2.5, 2.5)  # one far below (faster than the peak), one far above the grid's middle
+    exact = repriced(scn, None, thetas, "step_time_s")
+    read = _repriced_draws(scn, None, thetas, cov_log, Memo())
+    assert np.array_equal(np.isnan(read), np.isnan(exact)) and np.isnan(exact).any()  # lost draws: the same
+    ok = ~np.isnan(exact)
+    assert read[ok] == pytest.approx(exact[ok], rel=0.02)
+    grid = np.linspace(-3, 3, GRID_POINTS)[:, None] * math.sqrt(cov_log[0, 0])
+    assert _repriced_draws(scn, None, grid, cov_log, Memo())[GRID_POINTS // 2:] == pytest.approx(
+        repriced(scn, None, grid, "step_time_s")[GRID_POINTS // 2:], rel=1e-12)  # exact at the grid itself
+
+
 def test_a_sweeps_top_plans_carry_p_best_and_tie_groups(tmp_path: Path, monkeypatch) -> None:
     from perfmodel.api import sweep
     from tests.sweep.test_sweep import small_spec
