@@ -4,7 +4,8 @@ report), with the time spent in the odds (`add_odds`: the top plans re-priced un
 settling measurement (`settling_measurement`) taken out of the whole. Prints the numbers; asserts nothing (timing
 is noisy: compare the ratio within the run).
 
-    python benchmarks/bench_sweep_odds.py
+    python benchmarks/bench_sweep_odds.py                                      # the default (RL) sweep
+    python benchmarks/bench_sweep_odds.py tests/data/gpt3-175b-a100-sweep.yaml  # a pretraining sweep: one parameter
 """
 
 from __future__ import annotations
@@ -34,15 +35,16 @@ def _timed(name: str, fn: Any) -> Any:
     return wrapper
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
+    path = Path(argv[0]) if argv else default_sweep_path()
     odds.add_odds = _timed("odds", odds.add_odds)  # folder.py imports both when it runs: it gets these
     settle.settling_measurement = _timed("settle", settle.settling_measurement)
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
-        ranking = sweep(default_sweep_path(), out=Path(d) / "s", cache=False, report=False)
+        ranking = sweep(path, out=Path(d) / "s", cache=False, report=False)
         whole = time.perf_counter() - t0
     without = whole - SPENT["odds"] - SPENT["settle"]
-    print(f"default sweep: {ranking.candidates:,} candidates, {len(ranking.top)} top plans, {whole:.1f} s in all")
+    print(f"{path.name}: {ranking.candidates:,} candidates, {len(ranking.top)} top plans, {whole:.1f} s in all")
     print(f"odds (p_best, tie groups) {SPENT['odds']:.2f} s, settling measurement {SPENT['settle']:.3f} s")
     print(f"with them / without them: {whole / without:.2f}x (target <= 1.5x)")
     if ranking.settle:
@@ -51,4 +53,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
