@@ -8,8 +8,8 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
+from perfmodel.commands.kernels import add_rows_per_table, rows_per_table
 from perfmodel.inputs.stack import TRAIN_FIT_KNOBS
-from perfmodel.kernels.load import DEFAULT_ROWS_PER_TABLE
 
 if TYPE_CHECKING:
     from perfmodel.calibration import Calibration
@@ -28,9 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fit the hardware's kernel parameters to measured kernel tables instead (executor "
                    "bench-kernels output or any table in docs/kernels.md's format; a file or folder, repeatable); "
                    "needs --hardware")
-    p.add_argument("--rows-per-table", type=int, default=DEFAULT_ROWS_PER_TABLE, metavar="N",
-                   help=f"with --kernels: an evenly spaced sample of at most N rows of each aiconfigurator table "
-                   f"(default {DEFAULT_ROWS_PER_TABLE}, as `perfmodel kernels check`; 0: every row, minutes)")
+    add_rows_per_table(p, "with --kernels: ")
     p.add_argument("--stack", help="stack id to fit (framework[@release] as resolved; default: the runs' one stack)")
     p.add_argument("--hardware", help="only the runs on this hardware (required with --hardware-params)")
     p.add_argument("--params", help="comma-separated stack knobs (default: those the runs' figures depend on: "
@@ -59,10 +57,8 @@ def run(args: argparse.Namespace) -> int:
                              "--hardware <id>")
         if args.paths:
             raise InputError("perfmodel calibrate", "PATH", "give measured runs or --kernels tables, not both")
-        if args.rows_per_table < 0:
-            raise InputError("--rows-per-table", str(args.rows_per_table), "must be 0 (every row) or positive")
         cal = calibrate_kernels(args.kernels, hardware=args.hardware, hardware_params=_names(args.hardware_params),
-                                out=args.out, command=command, rows_per_table=args.rows_per_table or None)
+                                out=args.out, command=command, rows_per_table=rows_per_table(args))
         _print_fit(cal, f"hardware {cal.hardware} to {cal.fit['n_figures']} kernel rows", args.out)
         return 0
     if not args.paths:

@@ -19,6 +19,20 @@ if TYPE_CHECKING:
     from perfmodel.inputs.hardware import HardwareProfile
     from perfmodel.kernels.check import CheckResult
 
+def add_rows_per_table(p: argparse.ArgumentParser, when: str = "") -> None:
+    """`--rows-per-table`, as `kernels check` and `calibrate --kernels` both take it (`rows_per_table` reads it)."""
+    p.add_argument("--rows-per-table", type=int, default=DEFAULT_ROWS_PER_TABLE, metavar="N",
+                   help=f"{when}an evenly spaced sample of at most N rows of each aiconfigurator table (default "
+                   f"{DEFAULT_ROWS_PER_TABLE}; 0: every row, about 4 M, minutes)")
+
+
+def rows_per_table(args: argparse.Namespace) -> int | None:
+    """`--rows-per-table` checked: the sample size, None for every row."""
+    if args.rows_per_table < 0:
+        raise InputError("--rows-per-table", str(args.rows_per_table), "must be 0 (every row) or positive")
+    return args.rows_per_table or None
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     k = sub.add_parser("kernels", help="check kernel prices against measured kernel tables, or show one price",
                        description="Measured single kernels (GEMM, attention, grouped GEMM, collectives, EP "
@@ -38,9 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="price with a calibration overlay's hardware parameters (perfmodel calibrate --kernels)")
     c.add_argument("--by-gpu", action="store_true", help="one row per lane, GPU and regime (default: pooled over "
                    "GPUs, with each GPU's median beside)")
-    c.add_argument("--rows-per-table", type=int, default=DEFAULT_ROWS_PER_TABLE, metavar="N",
-                   help=f"an evenly spaced sample of at most N rows of each aiconfigurator table (default "
-                   f"{DEFAULT_ROWS_PER_TABLE}; 0: every row, about 4 M, minutes)")
+    add_rows_per_table(c)
     c.add_argument("--worst", type=int, default=3, metavar="K", help="the K worst rows of each lane (default 3)")
     c.add_argument("--format", choices=FORMATS, default="table", help="table (default), csv or json")
     c.set_defaults(func=run_check)
@@ -78,15 +90,14 @@ def run_check(args: argparse.Namespace) -> int:
     lanes = set(args.lane or ())
     if unknown := sorted(lanes - set(LANE_NAMES)):
         raise InputError("--lane", unknown[0], f"no such lane (one of {', '.join(LANE_NAMES)})")
-    if args.rows_per_table < 0:
-        raise InputError("--rows-per-table", str(args.rows_per_table), "must be 0 (every row) or positive")
+    sample = rows_per_table(args)
     hardware = _hardware_ids(args.hardware)
     paths = [*args.paths, *args.tables] or default_table_paths()
     if not paths:
         raise InputError("perfmodel kernels check", "PATH", "no tables given and none installed: pass a table "
                          "or folder, or `pip install 'perfmodel[kernels]'` for aiconfigurator-core's")
     t0 = time.perf_counter()
-    rows, problems = load_tables(paths, hardware, args.rows_per_table or None)
+    rows, problems = load_tables(paths, hardware, sample)
     result = check_rows(rows, lanes or None, _calibrated_profiles(args.calibration))
     result.problems[:0] = problems
     elapsed_s = time.perf_counter() - t0

@@ -84,8 +84,9 @@ def raw_cpu_events(profiler: Any) -> list[RawCpuEvent]:
 
 
 def kernel_rows(events: Iterable[Any], hardware: str, source: str, on_gpu: bool = False) -> list[KernelRow]:
-    """The profiled events (torch.profiler's FunctionEvents: their device times are torch's own attribution of
-    kernels to ops) as kernel-table rows: one per (op, shape, dtype), the median of its calls."""
+    """The profiled events (on a GPU torch.profiler's FunctionEvents, whose device times are torch's own attribution
+    of kernels to ops; on a CPU `RawCpuEvent`s) as kernel-table rows: one per (op, shape, dtype), the median of its
+    calls."""
     calls: dict[Key, list[float]] = defaultdict(list)
     for event in events:
         if event.name in _GEMMS:
