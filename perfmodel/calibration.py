@@ -7,7 +7,7 @@ log(predicted / measured) / RUN_SIGMA_LOG, each parameter with a first-principle
 log(value / first-principles value) / PRIOR_SIGMA_LOG. The posterior covariance of the log parameters is the inverse
 Gauss-Newton information at the solution (the Jacobian of the whitened residuals, the data re-weighted by the spread
 the fit left); a parameter whose posterior spread is still near its prior's is refused: it keeps its
-first-principles value and the overlay says why.
+first-principles value and the overlay says why. Bands without an overlay use perfmodel/priors.py's spreads.
 
 Overlay (YAML), written by `perfmodel calibrate` and read by `--calibration` of simulate, sweep and validate:
 {stack, hardware, stack_params, hardware_params, uncertainty: {sigma_log, covariance_log, residual_sigma_log},
@@ -36,6 +36,7 @@ from perfmodel.inputs.scenario import Scenario, build_scenario
 from perfmodel.inputs.stack import NUMERIC_KNOBS, Stack
 from perfmodel.invariants import PhysicsError
 from perfmodel.memo import Memo
+from perfmodel.priors import ZERO_SHOT_SIGMA_LOG, zero_shot_parameters
 
 PRIOR_SIGMA_LOG = math.log(2.0)  # a first-principles value is right within a factor of 2 (one sigma)
 RESIDUAL_SIGMA_FLOOR_LOG = 0.05  # a handful of runs says little about its own spread
@@ -425,13 +426,12 @@ class Sensitivity:
 def uncertain_parameters(scn: Scenario, cal: Calibration | None
                          ) -> tuple[Scenario, list[str], list[list[float]], float]:
     """The scenario priced with the overlay, its uncertain parameters, their ln-covariance and the run scatter. With
-    an overlay: its parameters, covariance and residual spread. Without: the prior on the stack's multipliers
-    (zero-shot: a factor of 2 each, one sigma) and RUN_SIGMA_LOG."""
+    an overlay: its parameters, covariance and residual spread. Without: perfmodel/priors.py's and RUN_SIGMA_LOG."""
     if cal is not None and cal.names:
         return cal.apply(scn), list(cal.names), [list(map(float, row)) for row in cal.covariance_log], \
             cal.residual_sigma_log
-    keys = ["stack.train_compute_scale", "stack.rollout_compute_scale"] if scn.run.rl else ["stack.train_compute_scale"]
-    return scn, keys, (np.eye(len(keys)) * PRIOR_SIGMA_LOG ** 2).tolist(), RUN_SIGMA_LOG
+    keys = zero_shot_parameters(scn)
+    return scn, keys, np.diag([ZERO_SHOT_SIGMA_LOG[k] ** 2 for k in keys]).tolist(), RUN_SIGMA_LOG
 
 
 def _parameter_value(scn: Scenario, key: str) -> float:

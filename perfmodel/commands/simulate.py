@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recompute", choices=["none", "selective", "full"])
     p.add_argument("--calibration", help="calibration overlay YAML (from perfmodel calibrate)")
     p.add_argument("--band", action="store_true", help="print a P10-P90 band on the predicted times and "
-                   "throughput (the overlay's uncertainty; without one, the prior on the stack's multipliers)")
+                   "throughput (the overlay's uncertainty; without one, each component's measured zero-shot spread)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON of the simulated step")
     p.add_argument("--write-plan", nargs="?", const="", metavar="OUT",
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         print_result(result)
         if bands:
             basis = (f"calibration {args.calibration}" if cal is not None and cal.names
-                     else "prior on the stack's multipliers (not calibrated)")
+                     else "zero-shot spread of each component (not calibrated)")
             print(f"P10-P90 from the {basis}:")
             for m, (lo, mid, hi) in bands.items():
                 if m in PHASE_BAND_METRICS:

@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--calibration", help="calibration overlay YAML (perfmodel calibrate): its stack parameters apply "
                    "when the sweep runs on that stack, its hardware parameters on that hardware")
     p.add_argument("--band", action="store_true", help="P10-P90 bands on the top plans' figures (the overlay's "
-                   "uncertainty; without one, the prior on the stack's multipliers)")
+                   "uncertainty; without one, the measured zero-shot spread of each component)")
     p.add_argument("--no-report", action="store_true", help="skip the HTML capacity report (OUT/report.html)")
     p.add_argument("--sample", type=int, metavar="N", help="evaluate N candidates drawn at random (seed 0) from the "
                    "space: for a space wider than one sweep takes (docs/reliability.md)")

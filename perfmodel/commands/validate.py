@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "hardware parameters); repeatable")
     v.add_argument("--band", action="store_true",
                    help="a P10-P90 band on every prediction: from the overlay's parameter uncertainty and the spread "
-                   "its runs left, or without one from the prior on the stack's multipliers; prints the coverage")
+                   "its runs left, or without one each component's measured zero-shot spread; prints the coverage")
     v.add_argument("--pairs", action="store_true",
                    help="how the predictions order measured runs: every two cases of one model and framework whose "
                    "measured values of a metric differ by more than 5%%; the share ordered right (overall, same "

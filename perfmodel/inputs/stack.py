@@ -157,6 +157,10 @@ class Stack(BaseModel):
     weight_update_tensor_s: float = knob(
         0.0, part="weight_update", fit="rl", ge=0,
         doc="the engine's weight-loader time per HF tensor sent (`cost/serve/weight_update.py`)")
+    weight_update_time_scale: float = knob(
+        1.0, part="weight_update", fit="rl", gt=0,
+        doc="a named multiplier on the whole weight update (every part of `cost/serve/weight_update.py`), for what "
+            "the mechanisms priced there do not explain yet (the zero-shot band's weight-update spread)")
     weight_update_gather_bytes: float = knob(
         2.0, part="weight_update", gt=0,
         doc="the bytes per parameter the update gathers out of the trainer's shards (2: Megatron's BF16 "

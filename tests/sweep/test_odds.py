@@ -80,9 +80,9 @@ def test_a_draw_is_priced_exactly_kinks_included() -> None:
 
     scn = build_scenario(load_plan(SEED_PLAN))
     sens = sensitivities(scn, None)
-    assert sens.names == ["stack.train_compute_scale", "stack.rollout_compute_scale"]
+    assert sens.names == ["stack.train_compute_scale", "stack.rollout_compute_scale", "stack.weight_update_time_scale"]
     up = math.log(3.0)
-    ratio = repriced(scn, None, np.array([[0.0, 0.0], [0.0, up], [up, 0.0]]), "step_time_s")
+    ratio = repriced(scn, None, np.array([[0.0, 0.0, 0.0], [0.0, up, 0.0], [up, 0.0, 0.0]]), "step_time_s")
     assert ratio[0] == pytest.approx(1.0, rel=1e-12) and ratio[1] > 1.0 and ratio[2] > 1.0
     first_order = math.exp(sens.grads[1]["step_time_s"] * up)
     assert ratio[1] >= first_order * (1 - 1e-6)  # a max of phases is convex: first order never overshoots

@@ -438,6 +438,8 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None,
     parts["post_process_s"] = wp.post_process_fixed_s + 2.0 * rollout_weights / hbm_rate(hw)
     parts["resume_s"] = wp.resume_s + (wp.engine_wake_s / 2 if colocated else 0.0)
 
+    scale = scn.stack.weight_update_time_scale  # the stack's named multiplier (1.0 unless calibrated)
+    parts = {k: v * scale for k, v in parts.items()}
     risks = _risks(rl.weight_update.bucket_mb, every_gpu_gets_all)
     notes = _notes(mode, wp)
     return WeightUpdateResult(

@@ -169,3 +169,14 @@ def test_p2p_needs_disaggregated_placement():
     with pytest.raises(InputError) as err:
         _scn(d)
     assert err.value.field == "rl.weight_update.mode" and "disaggregated" in str(err.value)
+
+
+def test_the_stacks_multiplier_scales_every_part_and_nothing_after_the_rollout():
+    scn = _scn(_base())
+    base = weight_update_time(scn)
+    scaled = weight_update_time(dataclasses.replace(
+        scn, stack=scn.stack.with_knobs({"weight_update_time_scale": 2.5}, source="test")))
+    assert scaled.parts.keys() == base.parts.keys()
+    assert all(scaled.parts[k] == pytest.approx(2.5 * v, rel=1e-12) for k, v in base.parts.items())
+    assert scaled.total_s == pytest.approx(2.5 * base.total_s, rel=1e-12)
+    assert scaled.after_rollout_s == pytest.approx(base.after_rollout_s, rel=1e-12)  # the onload: a host copy

@@ -1,0 +1,36 @@
+"""Zero-shot priors per component: how far each part of a prediction is from published measurements before any
+calibration, as one uncertain stack multiplier per component with its own spread (ln, one sigma).
+
+The spreads are measured, not assumed: `python scripts/prior_sigmas.py` scores every shipped case zero-shot, takes
+each measured figure's ln error and its ln-sensitivity to each multiplier, and finds the spreads that make those
+errors most likely (errors ~ N(0, RUN_SIGMA_LOG^2 + sum_c (g_c sigma_c)^2): a maximum-likelihood fit of three
+numbers to hundreds of figures, over groups of cases, never one). It writes `studies/validation/prior-sigmas.json`;
+tests/test_priors.py checks that the numbers below are the ones it wrote. Components the model prices from first
+principles and published runs check well (dense training) get a narrow spread; mechanisms priced from guesses
+(the weight update) a wide one: a band then says which part of a prediction is known and which is not.
+
+A calibration overlay replaces these with its fit's covariance; the fit's own prior (calibration.PRIOR_SIGMA_LOG,
+the pull toward first principles) is a regularizer and stays as it is.
+"""
+
+from __future__ import annotations
+
+from perfmodel.inputs.scenario import Scenario
+
+SIGMAS_FILE = "studies/validation/prior-sigmas.json"
+
+# The multiplier per component, in the order bands and odds list them.
+TRAIN, ROLLOUT, WEIGHT_UPDATE = "stack.train_compute_scale", "stack.rollout_compute_scale", \
+    "stack.weight_update_time_scale"
+COMPONENTS = (TRAIN, ROLLOUT, WEIGHT_UPDATE)
+
+# Maximum-likelihood spreads from scripts/prior_sigmas.py (SIGMAS_FILE, its `sigma_log`).
+ZERO_SHOT_SIGMA_LOG: dict[str, float] = {TRAIN: 0.405, ROLLOUT: 0.788, WEIGHT_UPDATE: 1.24}
+
+
+def zero_shot_parameters(scn: Scenario) -> list[str]:
+    """The multipliers a run's figures depend on: training for every run; the rollout and the weight update for
+    RL runs; the engine alone for a serving benchmark."""
+    if scn.run.kind == "serve":
+        return [ROLLOUT]
+    return [TRAIN, ROLLOUT, WEIGHT_UPDATE] if scn.run.rl else [TRAIN]
