@@ -200,6 +200,7 @@ def grouped_gemm_time_s(
     *,
     wgrad: bool = False,
     out_bytes_per_element: float = 2.0,
+    engine: bool = False,
 ) -> float:
     """One grouped GEMM kernel over an MoE layer's local experts: `rows` expert rows in all, spread evenly over the
     `experts_hit` experts that received any (experts without rows cost nothing: no weight read, no tile), each
@@ -209,12 +210,14 @@ def grouped_gemm_time_s(
     FLOPs run at peak x the dense curve's max efficiency x `grouped_gemm_rel_efficiency` (no production-shape
     factor: the rows per expert set the shape); the bytes are each hit expert's weight (or weight gradient) once
     and the activations in and out. A fixed `grouped_gemm_fixed_s` per kernel, plus `grouped_gemm_per_expert_s`
-    per hit expert where experts run one GEMM each (a sequential loop: 0 for a fused grouped kernel)."""
+    per hit expert where experts run one GEMM each (a sequential loop: 0 for a fused grouped kernel). `engine`: the
+    inference engine's fused MoE kernel, at `grouped_gemm_engine_rel_efficiency` (a kernel family of its own)."""
     if rows <= 0 or n <= 0 or k <= 0 or experts_hit <= 0:
         return 0.0
     tile = hw.grouped_gemm_tile_rows
     padded_rows = experts_hit * math.ceil(rows / experts_hit / tile - 1e-9) * tile
-    rate = hw.peak(dtype) * hw.gemm_curve(dtype).max_efficiency * hw.grouped_gemm_rel_efficiency
+    rel = hw.grouped_gemm_engine_rel_efficiency if engine else hw.grouped_gemm_rel_efficiency
+    rate = hw.peak(dtype) * hw.gemm_curve(dtype).max_efficiency * rel
     compute = gemm_flops(padded_rows, n, k) / rate
     q = dtype_bytes(dtype)
     if wgrad:  # reads X [rows, k] and dY [rows, n], writes each hit expert's [k, n] gradient

@@ -72,6 +72,7 @@ class HardwareProfile:
     graph_small_protocol_bw_fraction: float
     graph_small_protocol_bulk_extra_latency_s: float
     grouped_gemm_rel_efficiency: float
+    grouped_gemm_engine_rel_efficiency: float
     grouped_gemm_fixed_s: float
     grouped_gemm_per_expert_s: float
     grouped_gemm_tile_rows: int
@@ -125,6 +126,7 @@ class HardwareProfile:
         "graph_small_protocol_bw_fraction",
         "graph_small_protocol_bulk_extra_latency_s",
         "grouped_gemm_rel_efficiency",
+        "grouped_gemm_engine_rel_efficiency",
         "grouped_gemm_fixed_s",
         "grouped_gemm_per_expert_s",
         "ep_dispatch_floor_s",
@@ -258,6 +260,8 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         graph_small_protocol_bw_fraction=e.graph_small_protocol.small_bw_fraction.value,
         graph_small_protocol_bulk_extra_latency_s=e.graph_small_protocol.bulk_extra_latency_s.value,
         grouped_gemm_rel_efficiency=e.grouped_gemm.rel_efficiency.value,
+        grouped_gemm_engine_rel_efficiency=(e.grouped_gemm.engine_rel_efficiency
+                                            or e.grouped_gemm.rel_efficiency).value,
         grouped_gemm_fixed_s=e.grouped_gemm.fixed_s.value,
         grouped_gemm_per_expert_s=e.grouped_gemm.per_expert_s.value,
         grouped_gemm_tile_rows=int(e.grouped_gemm.tile_rows.value),

@@ -103,6 +103,7 @@ class GroupedGemmFile(_Strict):
     """One grouped GEMM kernel over an MoE layer's local experts (cost/compute.py grouped_gemm_time_s)."""
 
     rel_efficiency: Positive  # compute rate relative to the dense curve's max (no production-shape factor)
+    engine_rel_efficiency: Positive | None = None  # the inference engine's fused MoE kernel; default: rel_efficiency
     fixed_s: NonNegative  # per grouped-GEMM kernel (launch, routing metadata, ramp, tail)
     per_expert_s: NonNegative  # per expert that gets rows: a sequential per-expert loop's launch; 0 when fused
     tile_rows: Positive  # an expert's rows run in tiles of this many (padding)

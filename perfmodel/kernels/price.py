@@ -175,7 +175,7 @@ LANES: tuple[Lane, ...] = (
     Lane("attention_prefill engine", "attention_prefill", ("", "engine"), _prefill_engine),
     Lane("attention_decode engine", "attention_decode", ("", "engine"), _decode_engine),
     Lane("grouped_gemm train", "grouped_gemm", ("", "engine"), _moe_train),
-    Lane("grouped_gemm engine", "grouped_gemm", ("", "engine"), _moe_engine),
+    Lane("grouped_gemm engine", "grouped_gemm", ("engine",), _moe_engine),  # a training kernel's rows: not the engine's
     *(Lane(f"{op} nccl", op, ("",), _collective)
       for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")),
     Lane("all_reduce graph", "all_reduce", ("graph",), _graph_all_reduce),

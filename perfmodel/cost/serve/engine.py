@@ -231,8 +231,8 @@ def expert_layer_s(hw: HardwareProfile, tokens: float, top_k: int, experts: int,
     rows = tokens * top_k / ep
     hit = experts_hit(experts, top_k, tokens) / ep
     up = 2.0 * intermediate if gated else intermediate
-    return (grouped_gemm_time_s(hw, rows, hit, up, hidden, dtype)
-            + grouped_gemm_time_s(hw, rows, hit, hidden, intermediate, dtype))
+    return (grouped_gemm_time_s(hw, rows, hit, up, hidden, dtype, engine=True)
+            + grouped_gemm_time_s(hw, rows, hit, hidden, intermediate, dtype, engine=True))
 
 
 class EngineCost:
