@@ -23,9 +23,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from perfmodel.calibration import Z90, sensitivities  # noqa: E402
+from perfmodel.errors import InputError  # noqa: E402
 from perfmodel.inputs.case import case_paths, load_case  # noqa: E402
 from perfmodel.inputs.overlay import RUN_SIGMA_LOG  # noqa: E402
 from perfmodel.inputs.scenario import build_scenario  # noqa: E402
+from perfmodel.invariants import PhysicsError  # noqa: E402
 from perfmodel.memo import Memo  # noqa: E402
 from perfmodel.priors import COMPONENTS, SIGMAS_FILE  # noqa: E402
 from scripts.snapshot_predictions import case_folders  # noqa: E402
@@ -42,7 +44,8 @@ def figures() -> list[Figure]:
         case = load_case(path)
         try:
             sens = sensitivities(build_scenario(case, source=str(path)), None, memo)
-        except Exception as err:  # a case validate reports as failed: not scored here either
+        except (InputError, PhysicsError, ArithmeticError, ValueError, KeyError, IndexError, TypeError) as err:
+            # a case validate reports as failed (validation.score_case catches the same): not scored here either
             print(f"skipped {case.id}: {type(err).__name__}", file=sys.stderr)
             continue
         rows = [(m, v) for m, v in case.measured.items() if v and sens.base.get(m)]
