@@ -50,6 +50,7 @@ class CaseCurve:
     log_pred: np.ndarray  # [grid, metrics]
     zero_shot: dict[str, float] = field(default_factory=dict)  # predicted at scale 1 (the stack's own value)
     run_key: str = ""  # the run itself (hardware, model, job, measured): copies under another id share it
+    kind: str = "pretrain"  # pretrain, rl or serve: the summary's per-kind rows
 
     def at(self, theta: float) -> np.ndarray:
         """Log predictions at log-scale theta, interpolated on the grid (clamped at its ends)."""
@@ -89,6 +90,7 @@ def case_curve(case: ValidationCase, path: str, memo: Memo) -> CaseCurve | None:
     if "train" in run:  # a serve case has none
         run["train"]["layout"].pop("dp", None)  # derived from the GPUs when omitted: not part of what was run
     curve.run_key = json.dumps(run, sort_keys=True)
+    curve.kind = case.kind
     mid = SCALE_GRID.index(min(SCALE_GRID, key=lambda x: abs(x - 1.0)))
     curve.zero_shot = {m: float(np.exp(curve.log_pred[mid, k])) for k, m in enumerate(curve.metrics)}
     return curve
@@ -151,7 +153,7 @@ def cross_validate(curves: list[CaseCurve], curve_k: tuple[int, ...] = (0, 1, 2,
             measured = np.exp(c.log_measured)
             for j, metric in enumerate(c.metrics):
                 rows.append({"id": c.id, "run": c.run_key or c.id, "stack": key[0], "hardware": key[1],
-                             "metric": metric,
+                             "kind": c.kind, "metric": metric,
                              "measured": float(measured[j]), "zero_shot": c.zero_shot[metric],
                              "calibrated": float(p50[j]), "p10": float(p10[j]), "p90": float(p90[j]),
                              "calibration_runs": len(others), "scale": math.exp(fit.theta)})
@@ -183,6 +185,10 @@ def _group_summary(rows: list[dict]) -> dict:
     big = [r for g, rs in by.items() if runs[g] >= 3 for r in rs]
     out["overall (groups of >= 3 runs)"] = _summary(big) | {"runs": sum(n for n in runs.values() if n >= 3)}
     out["overall"] = _summary(rows) | {"runs": sum(runs.values())}
+    for kind in ("pretrain", "rl", "serve"):  # issue 24: coverage and width per kind of run
+        of_kind = [r for r in rows if r["kind"] == kind]
+        if of_kind:
+            out[f"overall, {kind}"] = _summary(of_kind) | {"runs": len({r["run"] for r in of_kind})}
     return out
 
 

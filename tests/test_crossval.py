@@ -90,3 +90,16 @@ def test_a_copy_of_the_run_under_another_id_is_not_a_calibration_run():
         o.run_key = o.id
     rows = cross_validate([a, copy_of_a, *others])["rows"]
     assert next(r for r in rows if r["id"] == "a")["calibration_runs"] == 2  # c0, c1: not its own copy
+
+
+def test_the_summary_has_a_row_per_kind_of_run():
+    """Coverage and width per kind (pretrain, rl, serve), each over its own runs only."""
+    curves = [_synthetic(f"p{i}", 1.5, 0.8, noise=0.01 * i) for i in range(3)]
+    rl = [_synthetic(f"r{i}", 1.5, 0.8, noise=0.3) for i in range(2)]
+    for c in rl:
+        c.kind = "rl"
+    groups = cross_validate(curves + rl)["groups"]
+    assert groups["overall, pretrain"]["runs"] == 3 and groups["overall, rl"]["runs"] == 2
+    assert "overall, serve" not in groups  # no serving run: no row
+    assert groups["overall"]["n"] == groups["overall, pretrain"]["n"] + groups["overall, rl"]["n"]
+    assert groups["overall, rl"]["zero_shot_mae"] > groups["overall, pretrain"]["zero_shot_mae"]
