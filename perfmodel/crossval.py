@@ -185,10 +185,9 @@ def _group_summary(rows: list[dict]) -> dict:
     big = [r for g, rs in by.items() if runs[g] >= 3 for r in rs]
     out["overall (groups of >= 3 runs)"] = _summary(big) | {"runs": sum(n for n in runs.values() if n >= 3)}
     out["overall"] = _summary(rows) | {"runs": sum(runs.values())}
-    for kind in ("pretrain", "rl", "serve"):  # issue 24: coverage and width per kind of run
+    for kind in sorted({r["kind"] for r in rows}):  # coverage and width per kind of run, as validate's by_kind
         of_kind = [r for r in rows if r["kind"] == kind]
-        if of_kind:
-            out[f"overall, {kind}"] = _summary(of_kind) | {"runs": len({r["run"] for r in of_kind})}
+        out[f"overall, {kind}"] = _summary(of_kind) | {"runs": len({r["run"] for r in of_kind})}
     return out
 
 

@@ -22,7 +22,7 @@ from scipy.optimize import minimize
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from perfmodel.calibration import Z90, sensitivities  # noqa: E402
+from perfmodel.calibration import Z90, band_stats, sensitivities  # noqa: E402
 from perfmodel.errors import InputError  # noqa: E402
 from perfmodel.inputs.case import case_paths, load_case  # noqa: E402
 from perfmodel.inputs.overlay import RUN_SIGMA_LOG  # noqa: E402
@@ -72,15 +72,18 @@ def fit(rows: list[Figure]) -> np.ndarray:
 
 
 def band_check(rows: list[Figure], sigmas_of: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
-    """Coverage of the P10-P90 bands (Z90 x the figure's sd) and their median P90/P10, per kind and overall, each
-    figure banded with the spreads in `sigmas_of[case]`."""
+    """Coverage of the P10-P90 bands and their median P90/P10 (calibration.band_stats, as validate --band reports
+    them), per kind and overall, each figure banded with the spreads in `sigmas_of[case]`: measured 1, predicted
+    e^err, the band e^(err -/+ Z90 sd)."""
+    banded = []
+    for case, _, err, _, g, kind in rows:
+        sd = math.sqrt(RUN_SIGMA_LOG ** 2 + float(g ** 2 @ sigmas_of[case] ** 2))
+        banded.append({"kind": kind, "measured": 1.0, "p10": math.exp(err - Z90 * sd), "p90": math.exp(err + Z90 * sd)})
     out = {}
-    for kind in ("all", "pretrain", "rl", "serve"):
-        sub = [r for r in rows if kind in ("all", r[5])]
-        sd = np.array([math.sqrt(RUN_SIGMA_LOG ** 2 + float(r[4] ** 2 @ sigmas_of[r[0]] ** 2)) for r in sub])
-        e = np.array([r[2] for r in sub])
-        out[kind] = {"figures": len(sub), "coverage": round(float(np.mean(np.abs(e) <= Z90 * sd)), 3),
-                     "median_width": round(float(np.median(np.exp(2 * Z90 * sd))), 2)}
+    for kind in ("all", *sorted({b["kind"] for b in banded})):
+        stats = band_stats([b for b in banded if kind in ("all", b["kind"])])
+        out[kind] = {"figures": stats["banded"], "coverage": round(stats["coverage"], 3),
+                     "median_width": round(stats["median_width"], 2)}
     return out
 
 
