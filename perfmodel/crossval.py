@@ -51,6 +51,7 @@ class CaseCurve:
     zero_shot: dict[str, float] = field(default_factory=dict)  # predicted at scale 1 (the stack's own value)
     run_key: str = ""  # the run itself (hardware, model, job, measured): copies under another id share it
     kind: str = "pretrain"  # pretrain, rl or serve: the summary's per-kind rows
+    step_time_s: float | None = None  # the step predicted zero-shot (what launching the run would take)
 
     def at(self, theta: float) -> np.ndarray:
         """Log predictions at log-scale theta, interpolated on the grid (clamped at its ends)."""
@@ -61,18 +62,23 @@ class CaseCurve:
         return (self.at(theta + h) - self.at(theta - h)) / (2 * h)
 
 
-def case_curve(case: ValidationCase, path: str, memo: Memo) -> CaseCurve | None:
-    """Simulate a case over the grid; None when it cannot be predicted (the caller lists it as failed)."""
+def case_curve(case: ValidationCase, path: str, memo: Memo, knob: str = "train_compute_scale") -> CaseCurve | None:
+    """Simulate a case over the grid of the stack multiplier `knob`; None when it cannot be predicted (the caller
+    lists it as failed)."""
     scn = build_scenario(case, source=path)
     metrics = [m for m, _ in case.measured.items()]
     rows: list[list[float | None] | None] = []
+    step_s = None
     for s in SCALE_GRID:
-        stack = scn.stack.with_knobs({"train_compute_scale": scn.stack.train_compute_scale * s}, "cv grid")
+        stack = scn.stack.with_knobs({knob: getattr(scn.stack, knob) * s}, "cv grid")
         try:
-            pred = simulate_scenario(dataclasses.replace(scn, stack=stack), memo=memo).metrics()
+            result = simulate_scenario(dataclasses.replace(scn, stack=stack), memo=memo)
         except PhysicsError:  # faster than the hardware allows (MFU > 1): no stack gets there
             rows.append(None)
             continue
+        if abs(s - 1.0) < 1e-9:
+            step_s = getattr(result, "step_time_s", None)  # a serving benchmark has no step
+        pred = result.metrics()
         rows.append([pred.get(m) for m in metrics])
     feasible = [r for r in rows if r is not None]
     if not feasible:
@@ -91,6 +97,7 @@ def case_curve(case: ValidationCase, path: str, memo: Memo) -> CaseCurve | None:
         run["train"]["layout"].pop("dp", None)  # derived from the GPUs when omitted: not part of what was run
     curve.run_key = json.dumps(run, sort_keys=True)
     curve.kind = case.kind
+    curve.step_time_s = step_s
     mid = SCALE_GRID.index(min(SCALE_GRID, key=lambda x: abs(x - 1.0)))
     curve.zero_shot = {m: float(np.exp(curve.log_pred[mid, k])) for k, m in enumerate(curve.metrics)}
     return curve
@@ -191,13 +198,14 @@ def _group_summary(rows: list[dict]) -> dict:
     return out
 
 
-def curves_for(cases: list[tuple[ValidationCase, str]], memo: Memo | None = None) -> tuple[list[CaseCurve], list]:
-    """Grid curves of every case that can be predicted; the rest as (id, reason)."""
+def curves_for(cases: list[tuple[ValidationCase, str]], memo: Memo | None = None,
+               knob: str = "train_compute_scale") -> tuple[list[CaseCurve], list]:
+    """Grid curves (of the multiplier `knob`) of every case that can be predicted; the rest as (id, reason)."""
     memo = memo if memo is not None else Memo()
     curves, failed = [], []
     for case, path in cases:
         try:
-            c = case_curve(case, path, memo)
+            c = case_curve(case, path, memo, knob)
         except InputError as err:
             failed.append((case.id, str(err)))
             continue

@@ -44,7 +44,8 @@ def write_sweep_folder(out_dir: Path, spec: SweepSpec, spec_path: str, outcome: 
     if band:
         add_bands(top_rows, by_index, hw, cal)
     odds = add_odds(top_rows, by_index, hw, cal)
-    top_summary = write_plans(top_rows, by_index, out_dir / "plans", cal, Path(spec_path).name)
+    top_summary = write_plans(top_rows, by_index, out_dir / "plans", cal, Path(spec_path).name,
+                              spec.executor.model_dump() if spec.executor else None)
     for row, entry in zip(top_rows, top_summary):
         row["plan_path"] = entry["plan_path"]
     said: dict[str, Any] = {"odds": None, "settle": None}

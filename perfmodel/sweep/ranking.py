@@ -10,7 +10,8 @@ from typing import Any
 from perfmodel.sweep.collect import prediction_signature
 
 
-def plan_for(row: dict[str, Any], run: dict[str, Any], calibration: Any, spec_label: str) -> Any:
+def plan_for(row: dict[str, Any], run: dict[str, Any], calibration: Any, spec_label: str,
+             executor: dict[str, Any] | None = None) -> Any:
     from perfmodel.inputs.plan import Plan, prediction_blocks
 
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", row["label"]).strip("-").lower()
@@ -20,19 +21,20 @@ def plan_for(row: dict[str, Any], run: dict[str, Any], calibration: Any, spec_la
         "id": f"rank{row['rank']:02d}-{slug}", "created_by": f"perfmodel sweep ({spec_label})",
         "band": {k: [row[f"{k}_p10"], row[f"{k}_p90"]] for k in blocks["predicted"]
                  if row.get(f"{k}_p10") is not None},
-        "executor": {"backend": "miles"},
+        "executor": executor or {"backend": "miles"},
     })
 
 
 def write_plans(top_rows: list[dict[str, Any]], by_index: dict[int, Any], plans_dir: Path, calibration: Any,
-                 spec_name: str) -> list[dict[str, Any]]:
-    """A plan file per top row; returns the rows' summary entries with their plan paths."""
+                spec_name: str, executor: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """A plan file per top row, launched as `executor` says (the sweep file's; default Miles); returns the rows'
+    summary entries with their plan paths."""
     from perfmodel.inputs.plan import dump_plan
 
     plans_dir.mkdir(exist_ok=True)
     top_summary = []
     for row in top_rows:
-        plan = plan_for(row, by_index[row["index"]].run, calibration, spec_name)
+        plan = plan_for(row, by_index[row["index"]].run, calibration, spec_name, executor)
         path = plans_dir / f"{plan.id}.yaml"
         dump_plan(plan, path)
         top_summary.append({k: row.get(k) for k in ("rank", "index", "label", "step_time_s", "rollout_time_s",

@@ -17,6 +17,7 @@ a weight update between two nodes, a kernel lane) are not candidates yet.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -28,20 +29,29 @@ SETTLE_STEPS = 3  # steps of the settling launch: the first is a warm-up (docs/m
 SETTLE_TOLERANCE = 0.01  # p_best_after this close to the best candidate's: the cheaper run is named
 
 
-def p_best_after(values: np.ndarray, shared: np.ndarray, drawn: np.ndarray, plan_sigma_log: float, measured: int,
-                 seed: int = 0) -> float:
+def p_best_after(values: np.ndarray, shared: np.ndarray, drawn: np.ndarray, plan_sigma_log: float | np.ndarray,
+                 measured: int, seed: int = 0) -> float:
     """The share of draws in which the plan chosen after measuring plan `measured` is the best. `values`: the
     plans' objectives (lower is better); `shared`: each draw's ln slow-down of each plan that the parameters give
-    (NaN where a plan cannot be priced); `drawn`: the objective drawn, own errors included (rank_odds)."""
+    (NaN where a plan cannot be priced); `drawn`: the objective drawn, own errors included (rank_odds);
+    `plan_sigma_log`: the plans' own spread, one for all or one per plan (0 for a plan already measured)."""
     sign = np.where(values >= 0, 1.0, -1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         own = sign * np.log(drawn / values) - shared  # each draw's own ln error of each plan
     rng = np.random.default_rng(seed)
     seen = own[:, measured] + rng.normal(0.0, RUN_SIGMA_LOG, len(own))  # the launch's step, with its run noise
-    shrink = plan_sigma_log ** 2 / (plan_sigma_log ** 2 + RUN_SIGMA_LOG ** 2)  # posterior mean of the own error
+    sigma = float(np.broadcast_to(plan_sigma_log, values.shape)[measured])
+    shrink = sigma ** 2 / (sigma ** 2 + RUN_SIGMA_LOG ** 2)  # posterior mean of the own error
     estimate = shared.copy()
     estimate[:, measured] += shrink * seen
     return float(np.mean(np.argmin(slowed(values, estimate), axis=1) == np.argmin(drawn, axis=1)))
+
+
+def settle_pick(after: Sequence[float], cost: Sequence[float]) -> int:
+    """The candidate to measure: the highest p_best_after, the cheapest (GPU-seconds) of those within
+    SETTLE_TOLERANCE of it."""
+    best = max(after)
+    return min((i for i in range(len(after)) if after[i] >= best - SETTLE_TOLERANCE), key=lambda i: cost[i])
 
 
 def settling_measurement(rows: list[dict[str, Any]], values: np.ndarray, shared: np.ndarray, drawn: np.ndarray,
@@ -52,8 +62,7 @@ def settling_measurement(rows: list[dict[str, Any]], values: np.ndarray, shared:
         return None
     after = [p_best_after(values, shared, drawn, plan_sigma_log, i) for i in range(len(rows))]
     cost = [float(r["gpus"]) * SETTLE_STEPS * float(r["step_time_s"]) for r in rows]
-    best = max(after)
-    pick = min((i for i in range(len(rows)) if after[i] >= best - SETTLE_TOLERANCE), key=lambda i: cost[i])
+    pick = settle_pick(after, cost)
     row = rows[pick]
     return {
         "measurement": f"plan {row['rank']} ({row['label']}) launched for {SETTLE_STEPS} steps: its phases calibrate "

@@ -189,6 +189,8 @@ def enumerate_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, 
                     run["stack"] = spec.stack
                 if spec.stack_options:
                     run["stack_options"] = dict(spec.stack_options)
+                if spec.hardware_options:
+                    run["hardware_options"] = spec.hardware_options.model_dump(exclude_none=True)
                 train = dict(job.get("train", {}))
                 train["layout"] = {k: lay[k] for k in ("tp", "pp", "cp", "ep", "etp", "vpp", "dp")}
                 train["schedule"] = lay["schedule"]

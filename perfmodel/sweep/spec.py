@@ -10,8 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from perfmodel.errors import InputError
 from perfmodel.inputs.bounds import MAX_GPUS, MAX_PARALLEL_DEGREE
+from perfmodel.inputs.hardware_file import HardwareOptions
 from perfmodel.inputs.job import ScheduleName
 from perfmodel.inputs.loading import parse, read_mapping
+from perfmodel.inputs.plan import ExecutorSection
 from perfmodel.inputs.run import ModelRef
 from perfmodel.schedules import default_schedule
 
@@ -57,6 +59,9 @@ class SweepSpec(BaseModel):
     model: ModelRef
     stack: str | None = Field(None, description="software stack every candidate runs on: framework[@release]")
     stack_options: dict[str, Any] | None = Field(None, description="facts stated about the stack")
+    hardware_options: HardwareOptions | None = Field(
+        None, description="facts measured about the hardware, as in a case (the local executor's host probe): every "
+        "candidate carries them")
     nodes: tuple[Annotated[int, Field(ge=1, le=MAX_GPUS)], ...] = Field(..., min_length=1,
                                                                         description="node counts to try")
     job: dict[str, Any] = Field(..., description="kind, train (without layout) and rl (without placement/GPUs)")
@@ -66,6 +71,8 @@ class SweepSpec(BaseModel):
     gpu_hour_cost: float = Field(1.0, gt=0, description="price of one GPU-hour, for the cost objective")
     length_samples: int = Field(10, ge=2, le=100, description="objective p90_step_time: response-length draws per "
                                 "plan (the rollout's seed), whose steps' 90th percentile ranks it")
+    executor: ExecutorSection | None = Field(None, description="the launch every plan file carries (`executor` "
+                                             "backend and options, as in a plan); default: the Miles backend")
 
     @field_validator("job")
     @classmethod
