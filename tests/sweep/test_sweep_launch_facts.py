@@ -41,3 +41,18 @@ def test_without_an_executor_section_plans_launch_on_miles(tmp_path: Path, monke
     sweep(small_spec(), out=tmp_path / "s", top=1, workers=1, report=False)
     (path,) = (tmp_path / "s" / "plans").glob("*.yaml")
     assert load_plan(path).executor.backend == "miles"
+
+
+def test_a_bad_executor_or_hardware_fact_in_a_sweep_file_is_one_line_naming_the_field(tmp_path: Path, capsys) -> None:
+    from perfmodel.cli import main
+
+    spec = yaml.safe_load(LOCAL_SWEEP.read_text())
+    for field, value, said in (("executor", {"backend": "slurm"}, "executor.backend"),
+                               ("hardware_options", {"peak_tflops_bf16": -1.0, "source": "probe"},
+                                "hardware_options.peak_tflops_bf16")):
+        bad = tmp_path / f"bad-{field}.yaml"
+        bad.write_text(yaml.safe_dump(spec | {field: value}))
+        assert main(["sweep", str(bad), "--out", str(tmp_path / field), "--no-report"]) == 2
+        err = capsys.readouterr().err
+        assert str(bad) in err and said in err and "Traceback" not in err
+        assert not (tmp_path / field / "summary.json").exists()
