@@ -75,6 +75,9 @@ def _mutations() -> list[tuple[str, Any, str]]:
     def deepep(d: dict[str, Any]) -> None:
         d["train"]["moe_dispatcher"] = "deepep"
 
+    def recompute(d: dict[str, Any]) -> None:
+        d["train"]["recompute"] = "full"
+
     return [
         ("executor.options.colour", opt, "unknown key"),
         ("gpus", procs, "4 trainer processes but this machine has 2 CPU cores"),
@@ -88,6 +91,7 @@ def _mutations() -> list[tuple[str, Any, str]]:
         ("executor.options.task", task, "Input should be"),
         ("rl.weight_update.mode", bcast, "use ipc"),
         ("train.moe_dispatcher", deepep, "alltoall dispatcher"),
+        ("train.recompute", recompute, "no activation recompute"),
     ]
 
 

@@ -136,6 +136,8 @@ def _check_layout(src: str, plan: Plan, arch: TinyArch, processes: int, on_cpu: 
                              f"and tp x dp ({dp * lay.tp})")
     if plan.train.schedule not in (None, "1f1b"):
         raise InputError(src, "train.schedule", "the local backend runs megatron's 1f1b schedule")
+    if plan.train.recompute != "none":  # the trainer sets none: priced with it, it would run without
+        raise InputError(src, "train.recompute", "the local backend runs no activation recompute: use recompute: none")
     if plan.train.moe_dispatcher != "alltoall":
         raise InputError(src, "train.moe_dispatcher", "the local backend runs megatron's alltoall dispatcher "
                          "(DeepEP needs GPUs): set moe_dispatcher: alltoall")
