@@ -217,3 +217,11 @@ def test_an_impossible_result_is_refused_in_one_line_with_exit_3(tmp_path, capsy
     assert rc == 3 and out == ""
     assert err.startswith("error: impossible result (MFU <= 1)") and err.count("\n") == 1, err
     assert "train_compute_scale" in err
+
+
+def test_python_dash_m_perfmodel_is_the_console_script():
+    res = subprocess.run([sys.executable, "-m", "perfmodel", "--version"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.startswith("perfmodel"), res.stderr
+    bad = subprocess.run([sys.executable, "-m", "perfmodel", "validate", "/nonexistent/case.yaml"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
