@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
 import numpy as np
 
-from perfmodel.crossval import SCALE_GRID, CaseCurve, curves_for, fit_scale
+from perfmodel.crossval import SCALE_GRID, CaseCurve, curves_for, fit_scale, restricted
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.memo import Memo
 from perfmodel.priors import ZERO_SHOT_SIGMA_LOG
@@ -135,19 +135,13 @@ def build_jobs(cases: list[tuple[ValidationCase, str]], memo: Memo | None = None
         lower, knob = next((lo, k) for m, lo, k in OBJECTIVES if m == metric)
         curves, bad = curves_for(members, memo, knob)
         failed.extend(bad)
-        curves = [_only(c, metric) for c in curves if metric in c.metrics and c.step_time_s]
+        curves = [restricted(c, [metric]) for c in curves if metric in c.metrics and c.step_time_s]
         if len(curves) < 2:
             continue
         gpus = {c.id: c.gpus for c, _ in members}
         cost = np.array([gpus[c.id] * SETTLE_STEPS * float(c.step_time_s) for c in curves])  # type: ignore[arg-type]
         jobs.append(Job(name, curves[0].kind, metric, lower, knob, curves, cost))
     return jobs, failed
-
-
-def _only(curve: CaseCurve, metric: str) -> CaseCurve:
-    j = curve.metrics.index(metric)
-    return replace(curve, metrics=[metric], log_measured=curve.log_measured[[j]], log_pred=curve.log_pred[:, [j]],
-                   zero_shot={metric: curve.zero_shot[metric]})
 
 
 def posterior(job: Job, measured: tuple[int, ...]) -> tuple[float, float]:

@@ -1,7 +1,8 @@
 """Accuracy as users meet it: zero-shot and calibrated, both cross-validated within (stack, hardware) groups.
 
-For each case, the stack's `train_compute_scale` is fitted on the *other* cases of its group (leave-one-out) and
-the case is predicted with it; never with itself. The fit is a bounded least squares on log errors with a prior
+For each case, the stack multiplier of each figure's component (training, the engine, the weight update:
+`component_curves`) is fitted on the *other* cases of its group (leave-one-out) and the figure is predicted with
+it; never with itself. The fit is a bounded least squares on log errors with a prior
 toward 1.0 (the first-principles value), over a surrogate: every case is simulated once per point of a log-spaced
 grid of the scale (the caller's memo reuses the layer costs, which the scale does not touch) and predictions in
 between are interpolated in log space. One fit is then a 1-D minimization over interpolated curves, so a
@@ -52,6 +53,7 @@ class CaseCurve:
     run_key: str = ""  # the run itself (hardware, model, job, measured): copies under another id share it
     kind: str = "pretrain"  # pretrain, rl or serve: the summary's per-kind rows
     step_time_s: float | None = None  # the step predicted zero-shot (what launching the run would take)
+    knob: str = "train_compute_scale"  # the stack multiplier the grid varies
 
     def at(self, theta: float) -> np.ndarray:
         """Log predictions at log-scale theta, interpolated on the grid (clamped at its ends)."""
@@ -98,9 +100,35 @@ def case_curve(case: ValidationCase, path: str, memo: Memo, knob: str = "train_c
     curve.run_key = json.dumps(run, sort_keys=True)
     curve.kind = case.kind
     curve.step_time_s = step_s
+    curve.knob = knob
     mid = SCALE_GRID.index(min(SCALE_GRID, key=lambda x: abs(x - 1.0)))
     curve.zero_shot = {m: float(np.exp(curve.log_pred[mid, k])) for k, m in enumerate(curve.metrics)}
     return curve
+
+
+def restricted(curve: CaseCurve, metrics: list[str]) -> CaseCurve:
+    """The curve of these of its figures only."""
+    idx = [curve.metrics.index(m) for m in metrics]
+    return dataclasses.replace(curve, metrics=list(metrics), log_measured=curve.log_measured[idx],
+                               log_pred=curve.log_pred[:, idx], zero_shot={m: curve.zero_shot[m] for m in metrics})
+
+
+def component_curves(case: ValidationCase, path: str, memo: Memo) -> list[CaseCurve]:
+    """A case's curves over each multiplier its figures depend on (`priors.zero_shot_parameters`: training; for RL
+    runs also the engine and the weight update; the engine alone for a serving benchmark), each figure kept on the
+    one that moves it most (its ln-slope at first principles): a rollout time is calibrated by the engine's
+    multiplier, a weight update by the weight update's, as `perfmodel calibrate` fits them."""
+    from perfmodel.priors import zero_shot_parameters
+
+    knobs = [name.removeprefix("stack.") for name in zero_shot_parameters(build_scenario(case, source=path))]
+    curves = [c for k in knobs if (c := case_curve(case, path, memo, k)) is not None]
+    owner: dict[str, tuple[str, float]] = {}
+    for c in curves:
+        for m, g in zip(c.metrics, np.abs(c.slope(0.0))):
+            if m not in owner or g > owner[m][1]:
+                owner[m] = (c.knob, float(g))
+    mine = [(c, [m for m in c.metrics if owner[m][0] == c.knob]) for c in curves]
+    return [restricted(c, ms) for c, ms in mine if ms]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,12 +173,12 @@ def _errors(curve: CaseCurve, pred: np.ndarray) -> list[float]:
 def cross_validate(curves: list[CaseCurve], curve_k: tuple[int, ...] = (0, 1, 2, 4)) -> dict:
     """Leave-one-out within (stack, hardware) groups: zero-shot, calibrated and banded predictions of every case,
     and the learning curve (error after k calibration runs of the same group)."""
-    groups: dict[tuple[str, str], list[CaseCurve]] = defaultdict(list)
-    for c in curves:
-        groups[c.group].append(c)
+    groups: dict[tuple[tuple[str, str], str], list[CaseCurve]] = defaultdict(list)
+    for c in curves:  # a multiplier is fitted per (stack, hardware) on the figures it owns
+        groups[(c.group, c.knob)].append(c)
     rows = []
     curve_err: dict[int, list[float]] = defaultdict(list)
-    for key, members in sorted(groups.items()):
+    for ((stack, hardware), knob), members in sorted(groups.items()):
         for i, c in enumerate(members):
             # never the case itself, nor a copy of its run filed under another id (the shared cases reappear in
             # the development set)
@@ -159,11 +187,11 @@ def cross_validate(curves: list[CaseCurve], curve_k: tuple[int, ...] = (0, 1, 2,
             p10, p50, p90 = band(c, fit)
             measured = np.exp(c.log_measured)
             for j, metric in enumerate(c.metrics):
-                rows.append({"id": c.id, "run": c.run_key or c.id, "stack": key[0], "hardware": key[1],
+                rows.append({"id": c.id, "run": c.run_key or c.id, "stack": stack, "hardware": hardware,
                              "kind": c.kind, "metric": metric,
                              "measured": float(measured[j]), "zero_shot": c.zero_shot[metric],
                              "calibrated": float(p50[j]), "p10": float(p10[j]), "p90": float(p90[j]),
-                             "calibration_runs": len(others), "scale": math.exp(fit.theta)})
+                             "calibration_runs": len(others), "multiplier": knob, "scale": math.exp(fit.theta)})
             for k in curve_k:
                 if k <= len(others):
                     pred = c.at(fit_scale(others[:k]).theta) if k else np.log(list(c.zero_shot.values()))
@@ -199,18 +227,19 @@ def _group_summary(rows: list[dict]) -> dict:
 
 
 def curves_for(cases: list[tuple[ValidationCase, str]], memo: Memo | None = None,
-               knob: str = "train_compute_scale") -> tuple[list[CaseCurve], list]:
-    """Grid curves (of the multiplier `knob`) of every case that can be predicted; the rest as (id, reason)."""
+               knob: str | None = None) -> tuple[list[CaseCurve], list]:
+    """Grid curves of every case that can be predicted, over the multiplier `knob`, or (None) each figure over the
+    multiplier of its component (`component_curves`); the rest as (id, reason)."""
     memo = memo if memo is not None else Memo()
     curves, failed = [], []
     for case, path in cases:
         try:
-            c = case_curve(case, path, memo, knob)
+            got = component_curves(case, path, memo) if knob is None else \
+                [c for c in [case_curve(case, path, memo, knob)] if c is not None]
         except InputError as err:
             failed.append((case.id, str(err)))
             continue
-        if c is None:
+        if not got:
             failed.append((case.id, "no measured figure the model predicts"))
-        else:
-            curves.append(c)
+        curves.extend(got)
     return curves, failed
