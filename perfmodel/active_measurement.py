@@ -38,8 +38,8 @@ import numpy as np
 from perfmodel.crossval import SCALE_GRID, CaseCurve, curves_for, fit_scale, restricted
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.memo import Memo
-from perfmodel.priors import ZERO_SHOT_SIGMA_LOG
-from perfmodel.sweep.odds import OWN_DRAWS, PLAN_SIGMA_LOG, rank_odds
+from perfmodel.priors import PLAN_SIGMA_LOG, ZERO_SHOT_SIGMA_LOG
+from perfmodel.sweep.odds import OWN_DRAWS, rank_odds
 from perfmodel.sweep.settle import SETTLE_STEPS, p_best_after, settle_pick
 from perfmodel.validation_pairs import model_key
 
@@ -101,7 +101,7 @@ def job_cases(cases: list[tuple[ValidationCase, str]]) -> dict[str, tuple[str, l
     (the same case under two ids) counts once; groups of fewer than two layouts are dropped."""
     groups: dict[tuple, list[tuple[ValidationCase, str]]] = defaultdict(list)
     for case, path in cases:
-        if case.kind not in PLAN_SIGMA_LOG or case.train is None:
+        if case.kind not in ("pretrain", "rl") or case.train is None:
             continue
         t = case.train
         groups[(model_key(case.model), case.stack or "default", case.hardware, t.precision, t.seq_len,

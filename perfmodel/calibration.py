@@ -36,7 +36,7 @@ from perfmodel.inputs.scenario import Scenario, build_scenario
 from perfmodel.inputs.stack import NUMERIC_KNOBS, Stack
 from perfmodel.invariants import PhysicsError
 from perfmodel.memo import Memo
-from perfmodel.priors import ZERO_SHOT_SIGMA_LOG, zero_shot_parameters
+from perfmodel.priors import PLAN_SIGMA_LOG, ZERO_SHOT_SIGMA_LOG, zero_shot_parameters
 
 PRIOR_SIGMA_LOG = math.log(2.0)  # a first-principles value is right within a factor of 2 (one sigma)
 RESIDUAL_SIGMA_FLOOR_LOG = 0.05  # a handful of runs says little about its own spread
@@ -473,18 +473,18 @@ def repriced(scn: Scenario, cal: Calibration | None, thetas: np.ndarray, metric:
     return out
 
 
-def prediction_band(scn: Scenario, cal: Calibration | None, memo: Memo | None = None,
-                    ) -> dict[str, tuple[float, float, float]]:
-    """P10, P50, P90 of each predicted metric, from its sensitivities (`sensitivities`): the parameters'
-    covariance seen through them, and the spread runs keep about what the parameters explain."""
+def prediction_band(scn: Scenario, cal: Calibration | None, memo: Memo | None = None) -> dict[str, tuple[float, ...]]:
+    """P10, P50, P90 of each metric from its sensitivities: the parameters' covariance seen through them, and the
+    spread runs keep about what the parameters explain (calibrated: at least a run's own, `priors.PLAN_SIGMA_LOG`)."""
     sens = sensitivities(scn, cal, memo)
     cov = np.array(sens.cov, dtype=float).reshape(len(sens.names), len(sens.names))
+    own = sens.residual_sigma_log if cal is None else max(sens.residual_sigma_log, PLAN_SIGMA_LOG[scn.run.kind])
     out = {}
     for m, v in sens.base.items():
         if not v or not isinstance(v, (int, float)) or v <= 0:
             continue
         g = np.array([gr[m] for gr in sens.grads])
-        sd = math.sqrt(sens.residual_sigma_log ** 2 + float(g @ cov @ g))
+        sd = math.sqrt(own ** 2 + float(g @ cov @ g))
         out[m] = (v * math.exp(-Z90 * sd), v, v * math.exp(Z90 * sd))
     return out
 

@@ -36,6 +36,7 @@ from perfmodel.inputs.scenario import build_scenario
 from perfmodel.invariants import PhysicsError
 from perfmodel.memo import Memo
 from perfmodel.predict import simulate_scenario
+from perfmodel.priors import PLAN_SIGMA_LOG
 
 SCALE_GRID = tuple(float(x) for x in np.exp(np.linspace(math.log(0.25), math.log(4.0), 9)))
 
@@ -162,7 +163,8 @@ def fit_scale(train: list[CaseCurve]) -> Fit:
 def band(curve: CaseCurve, fit: Fit) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(P10, P50, P90) predictions of a case's metrics under `fit`."""
     mid = curve.at(fit.theta)
-    sd = np.sqrt(fit.sigma_resid ** 2 + (curve.slope(fit.theta) * fit.sigma_theta) ** 2)
+    own = max(fit.sigma_resid, PLAN_SIGMA_LOG[curve.kind])  # the other runs' scatter says nothing of this run's own
+    sd = np.sqrt(own ** 2 + (curve.slope(fit.theta) * fit.sigma_theta) ** 2)
     return np.exp(mid - Z90 * sd), np.exp(mid), np.exp(mid + Z90 * sd)
 
 

@@ -70,13 +70,13 @@ def test_validate_pairs_on_the_nemo_rl_cases(capsys) -> None:
 
 @pytest.mark.xdist_group("validation_report")  # on the worker that simulates the case folders once
 def test_the_sweeps_plan_sigma_is_what_the_published_pairs_give() -> None:
-    """perfmodel/sweep/odds.py PLAN_SIGMA_LOG is the scatter of predicted about measured ln-ratios over the
+    """perfmodel/priors.py PLAN_SIGMA_LOG is the scatter of predicted about measured ln-ratios over the
     published pairs on one hardware and stack release, per kind, over sqrt(2): a change of pricing that moves it
     must move the constant (and the sweep's p_best) with it. The pairs run across every case folder, as
     `perfmodel validate --pairs` over all of them pairs them."""
     import math
 
-    from perfmodel.sweep.odds import PLAN_SIGMA_LOG
+    from perfmodel.priors import PLAN_SIGMA_LOG
     from perfmodel.validation import pair_members
     from scripts.snapshot_predictions import case_folders
     from tests.conftest import validation_report

@@ -21,15 +21,8 @@ from typing import Any
 import numpy as np
 
 from perfmodel.memo import Memo
+from perfmodel.priors import PLAN_SIGMA_LOG
 
-# The part of a prediction's error that is a plan's own, in ln units, by the job's kind: the scatter of predicted
-# ln(ratio) about measured ln(ratio) over pairs of published runs of one model on the same hardware and stack release
-# (the choice a sweep makes), divided by sqrt(2) (a pair carries two plans' errors; what they share cancels in the
-# ratio). Source: `perfmodel validate --json` over studies/validation/cases and studies/validation/*/cases,
-# pairs.same_hardware_and_stack.ratio_error_sigma_log_by_kind: pretrain 0.1715 (0.132 before the layout sweeps of
-# studies/validation/layout-sweeps, whose ZeRO-3 and FSDP rows the model misprices), rl 0.326 (8 pairs: the weight
-# update, the engine); tests/test_validation_pairs.py checks these against the cases.
-PLAN_SIGMA_LOG = {"pretrain": 0.1715 / math.sqrt(2), "rl": 0.326 / math.sqrt(2)}
 PARAMETER_DRAWS = 32  # draws of the shared parameters, each an exact re-pricing of every compared plan
 OWN_DRAWS = 64  # draws of each plan's own error per parameter draw: 2,048 in all, p_best to about +-0.01
 TIE_CONFIDENCE = 0.9  # a plan is told apart from its group's head when the head beats it in 90% of the draws
