@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from perfmodel.active_measurement import study
+from perfmodel.errors import InputError
 from perfmodel.inputs.case import case_paths, load_case
 
 HERE = Path(__file__).resolve().parent
@@ -53,8 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     folders = args.cases or [str(REPO / "studies/validation/cases")] + sorted(
         str(p) for p in (REPO / "studies/validation").glob("*/cases"))
-    files = case_paths(folders)
-    result = study([(load_case(p), str(p)) for p in files])
+    try:
+        result = study([(load_case(p), str(p)) for p in case_paths(folders)])
+    except InputError as err:  # a missing folder or a malformed case: one line, as the commands say it
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
     table = summary_table(result["summary"])
