@@ -36,7 +36,7 @@ from perfmodel.inputs.scenario import build_scenario
 from perfmodel.invariants import PhysicsError
 from perfmodel.memo import Memo
 from perfmodel.predict import simulate_scenario
-from perfmodel.priors import PLAN_SIGMA_LOG
+from perfmodel.priors import PLAN_SIGMA_LOG, zero_shot_parameters
 
 SCALE_GRID = tuple(float(x) for x in np.exp(np.linspace(math.log(0.25), math.log(4.0), 9)))
 
@@ -119,8 +119,6 @@ def component_curves(case: ValidationCase, path: str, memo: Memo) -> list[CaseCu
     runs also the engine and the weight update; the engine alone for a serving benchmark), each figure kept on the
     one that moves it most (its ln-slope at first principles): a rollout time is calibrated by the engine's
     multiplier, a weight update by the weight update's, as `perfmodel calibrate` fits them."""
-    from perfmodel.priors import zero_shot_parameters
-
     knobs = [name.removeprefix("stack.") for name in zero_shot_parameters(build_scenario(case, source=path))]
     curves = [c for k in knobs if (c := case_curve(case, path, memo, k)) is not None]
     owner: dict[str, tuple[str, float]] = {}
