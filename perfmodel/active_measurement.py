@@ -77,10 +77,8 @@ class Job:
         return self.objective(np.array([c.log_measured[0] for c in self.curves]))
 
     def log_at(self, thetas: np.ndarray) -> np.ndarray:
-        """ln of each layout's priced objective at each ln-multiplier (draws x layouts), clamped at the grid's ends
-        as CaseCurve.at is."""
-        g = np.log(SCALE_GRID)
-        return np.column_stack([np.interp(thetas, g, c.log_pred[:, 0]) for c in self.curves])
+        """ln of each layout's priced objective at each ln-multiplier (draws x layouts): `CaseCurve.at`."""
+        return np.column_stack([c.at(thetas)[0] for c in self.curves])
 
     def priced(self, measured: tuple[int, ...], theta: float) -> np.ndarray:
         """The objectives the chooser sees: the measured layouts at their measured values, the rest priced at
