@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.crossval import SCALE_GRID, CaseCurve, curves_for, fit_scale, restricted
-from perfmodel.inputs.case import ValidationCase
+from perfmodel.inputs.case import ValidationCase, run_key
 from perfmodel.memo import Memo
 from perfmodel.priors import PLAN_SIGMA_LOG, ZERO_SHOT_SIGMA_LOG
 from perfmodel.sweep.odds import OWN_DRAWS, rank_odds
@@ -107,22 +107,13 @@ def job_cases(cases: list[tuple[ValidationCase, str]]) -> dict[str, tuple[str, l
     out = {}
     for key, members in sorted(groups.items(), key=lambda kv: str(kv[0])):
         for metric, _, _ in OBJECTIVES:
-            unique = {_run_key(c, metric): (c, p) for c, p in members if metric in dict(c.measured.items())}
+            unique = {run_key(c): (c, p) for c, p in members if metric in dict(c.measured.items())}
             with_it = list(unique.values())
             if len(with_it) >= 2:
                 model, stack, hw, precision, seq, batch, kind = key
                 out[f"{model} {precision} seq {seq} batch {batch} on {hw}, {stack} ({kind})"] = (metric, with_it)
                 break
     return out
-
-
-def _run_key(case: ValidationCase, metric: str) -> str:
-    """One run filed under two ids (the development set repeats archive rows, sometimes with other notes or flags):
-    the same layout (its data-parallel size written out or derived), GPUs and micro-batch measuring the same value;
-    the later file is kept (the archive's, with its recipe)."""
-    t = case.train
-    layout = t.layout.model_dump_json(exclude={"dp"})
-    return f"{case.gpus} {layout} {t.micro_batch} {float(dict(case.measured.items())[metric])}"
 
 
 def build_jobs(cases: list[tuple[ValidationCase, str]], memo: Memo | None = None) -> tuple[list[Job], list]:

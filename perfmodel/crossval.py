@@ -15,7 +15,6 @@ group's residual spread; `coverage` says how often the measured value falls insi
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from perfmodel.calibration import (
     residual_scatter,
 )
 from perfmodel.errors import InputError
-from perfmodel.inputs.case import ValidationCase
+from perfmodel.inputs.case import ValidationCase, run_key
 from perfmodel.inputs.scenario import build_scenario
 from perfmodel.invariants import PhysicsError
 from perfmodel.memo import Memo
@@ -95,10 +94,7 @@ def case_curve(case: ValidationCase, path: str, memo: Memo, knob: str = "train_c
     curve = CaseCurve(case.id, (scn.stack.id, case.hardware), [metrics[j] for j in keep],
                       np.log([measured[metrics[j]] for j in keep]),
                       np.log([[r[j] for j in keep] for r in rows]))
-    run = case.model_dump(mode="json", exclude={"id", "source", "notes", "stack"})
-    if "train" in run:  # a serve case has none
-        run["train"]["layout"].pop("dp", None)  # derived from the GPUs when omitted: not part of what was run
-    curve.run_key = json.dumps(run, sort_keys=True)
+    curve.run_key = run_key(case)
     curve.kind = case.kind
     curve.step_time_s = step_s
     curve.knob = knob

@@ -10,7 +10,7 @@ import pytest
 
 from perfmodel.cli import main
 from perfmodel.crossval import SCALE_GRID, CaseCurve, band, cross_validate, curves_for, fit_scale
-from perfmodel.inputs.case import case_paths, load_case
+from perfmodel.inputs.case import case_paths, load_case, run_key
 from tests.conftest import CASES_DIR
 
 
@@ -90,6 +90,21 @@ def test_a_copy_of_the_run_under_another_id_is_not_a_calibration_run():
         o.run_key = o.id
     rows = cross_validate([a, copy_of_a, *others])["rows"]
     assert next(r for r in rows if r["id"] == "a")["calibration_runs"] == 2  # c0, c1: not its own copy
+
+
+def test_shipped_copies_that_differ_in_options_or_flags_are_one_run():
+    """The development set repeats archive rows with the recipe left out or a flag written otherwise: one run."""
+    folder = CASES_DIR.parent / "mbridge-archive" / "cases"
+    pairs = [("mbridge-b200-deepseek-v3-fp8-ep8-pp16", "mb25.11-b200-deepseek-v3-fp8-mx-256g-tp1pp16cp1vp1ep8-mbs1"),
+             ("mbridge-h100-sxm-llama3-8b-fp8", "mb25.11-h100-sxm-llama3-8b-fp8-cs-8g-tp1pp1cp1vp1ep1-mbs1")]
+    for dev, archive in pairs:
+        a, b = load_case(CASES_DIR / f"{dev}.yaml"), load_case(folder / f"{archive}.yaml")
+        assert a.stack_options != b.stack_options or a.train.distributed_optimizer != b.train.distributed_optimizer
+        assert run_key(a) == run_key(b)
+    # the same layout on the next release measured again is another run
+    again = [load_case(folder / f"mb26.02{r}-gb200-gpt-oss-120b-bf16-64g-tp1pp1cp1vp1ep64-mbs4.yaml")
+             for r in ("", ".01")]
+    assert run_key(again[0]) != run_key(again[1])
 
 
 def test_the_summary_has_a_row_per_kind_of_run():

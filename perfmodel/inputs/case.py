@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pydantic import Field
@@ -18,6 +19,20 @@ class ValidationCase(RunSpec):
     source: str = Field(..., min_length=1)
     measured: Measured
     notes: str = ""
+
+
+def run_key(case: ValidationCase | ServeCase) -> str:
+    """The run itself, so one run filed under two ids (the development set repeats archive rows, sometimes with other
+    notes, options or flags, or another release listing the same figures) counts once wherever a case must not meet
+    its own measurement (leave-one-out fits, the active-measurement study): the hardware, GPUs, model, what was run
+    (for training: precision, sequence, batches and the layout, its data-parallel size written out or derived) and
+    every measured value."""
+    run = case.model_dump(mode="json", include={"kind", "hardware", "gpus", "model", "serve", "rl", "measured"})
+    if isinstance(case, ValidationCase):
+        t = case.train
+        run["train"] = [t.precision, t.seq_len, t.global_batch, t.micro_batch,
+                        t.layout.model_dump(mode="json", exclude={"dp"})]
+    return json.dumps(run, sort_keys=True)
 
 
 def load_case(path: str | Path) -> ValidationCase | ServeCase:
