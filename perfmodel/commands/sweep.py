@@ -120,6 +120,10 @@ def _odds_lines(ranking: Any) -> list[str]:
         notes.append(f"to settle the choice: {st['measurement']} ({st['gpus']} GPUs, about {st['expected_s']:.0f} s "
                      f"of steps plus start-up): the leader's p best {st['p_best_now']:.2f} -> about "
                      f"{st['p_best_after']:.2f}\n  {st['command']}\n  then: {st['then']}")
+        if st.get("cheaper"):
+            c = st["cheaper"]
+            notes.append(f"or, at {c['gpu_s_share']:.1%} of its GPU-seconds: {c['measurement']} (about "
+                         f"{c['expected_s']:.0f} s): p best -> about {c['p_best_after']:.2f}\n  {c['command']}")
     return notes
 
 

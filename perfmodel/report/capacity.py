@@ -195,7 +195,9 @@ def _settle_paragraph(settle: Any) -> str:
     return (f"<p>To settle the choice: {_e(settle.get('measurement'))} ({num('gpus', '{:,.0f}')} GPUs, about "
             f"{num('expected_s', '{:,.0f}')} s of steps plus start-up): the leader's p best "
             f"{num('p_best_now', '{:.2f}')} becomes about {num('p_best_after', '{:.2f}')}.</p>"
-            f"<pre>{_e(settle['command'])}\n{_e(settle.get('then', ''))}</pre>")
+            f"<pre>{_e(settle['command'])}\n{_e(settle.get('then', ''))}</pre>"
+            + (_settle_paragraph(settle["cheaper"]).replace("To settle the choice:", "Or, cheaper:")
+               if isinstance(settle.get("cheaper"), dict) else ""))
 
 
 def _odds_cell(p_best: Any, group: Any) -> str:

@@ -361,3 +361,9 @@ def test_the_settling_measurement_is_said_under_the_ranking_and_odd_figures_show
     (folder / "summary.json").write_text(json.dumps(summary | {"settle": odd}))
     text = build_report(folder, out_html=tmp_path / "r2.html").read_text(encoding="utf-8")
     assert "(– GPUs," in text and "becomes about –." in text
+    cheaper = {"measurement": "plan 1 (y) at small scale", "command": "executor launch --plan settle-y.yaml --steps 3",
+               "gpus": 8, "expected_s": 90.0, "p_best_now": 0.22, "p_best_after": 0.3}
+    (folder / "summary.json").write_text(json.dumps(summary | {"settle": settle | {"cheaper": cheaper}}))
+    text = build_report(folder, out_html=tmp_path / "r3.html").read_text(encoding="utf-8")
+    assert ("Or, cheaper: plan 1 (y) at small scale (8 GPUs, about 90 s of steps plus start-up): the leader's p best "
+            "0.22 becomes about 0.30.") in text and "executor launch --plan settle-y.yaml --steps 3" in text

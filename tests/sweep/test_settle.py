@@ -58,3 +58,70 @@ def test_a_plan_that_is_never_best_is_not_worth_launching_and_the_cheaper_of_equ
 def test_a_lone_plan_has_nothing_to_settle() -> None:
     v, shared, drawn = _draws([100.0], np.zeros((10, 1)), 0.2, 10)
     assert settling_measurement([{"rank": 1, "gpus": 8, "step_time_s": 100.0}], v, shared, drawn, 0.2) is None
+
+
+def _rows(v: np.ndarray, gpus: list[int], p_best: list[float]) -> list[dict]:
+    return [{"rank": i + 1, "label": f"p{i + 1}", "gpus": g, "step_time_s": float(v[i]),
+             "plan_path": f"/p/{i + 1}.yaml", "p_best": p} for i, (g, p) in enumerate(zip(gpus, p_best))]
+
+
+def _small(gpus: int, step_s: float) -> dict:
+    return {"rank": 1, "label": "p1", "replicas": 1, "of": 8, "gpus": gpus, "step_time_s": step_s,
+            "plan_path": "/p/settle-1.yaml"}
+
+
+def test_a_smaller_version_settles_plans_that_differ_only_through_what_they_share_and_is_named_for_its_cost() -> None:
+    """No own errors: the small version reveals the shared parameter as a whole plan's launch does, so it is as good
+    (p best after 1.0) and, at an eighth of the GPUs, the one named."""
+    theta = np.random.default_rng(3).normal(0.0, 0.5, 20_000)
+    v, shared, drawn = _draws([100.0, 101.0], np.column_stack([theta, -theta]), 0.0, len(theta))
+    settle = settling_measurement(_rows(v, [64, 64], [0.55, 0.45]), v, shared, drawn, 0.0, _small(8, 100.0))
+    assert settle["candidates"][-1] == {"rank": 1, "p_best_after": 1.0, "gpu_s": 8 * SETTLE_STEPS * 100.0,
+                                        "small_scale": "1 of 8 replicas"}
+    assert settle["plan"] == "/p/settle-1.yaml" and settle["gpus"] == 8 and "cheaper" not in settle
+    assert "1 of its 8 data-parallel replicas" in settle["measurement"]
+
+
+def test_a_smaller_version_tells_nothing_of_the_plans_own_errors() -> None:
+    """Plans that differ only by their own errors: the small version leaves the leader's odds where they are, so
+    the whole plan's launch is named and no cheaper route is offered."""
+    n, s = 100_000, 0.2
+    v, shared, drawn = _draws([100.0, 100.0], np.zeros((n, 2)), s, n)
+    now = float(np.mean(np.argmin(drawn, axis=1) == 0))
+    settle = settling_measurement(_rows(v, [64, 64], [now, 1 - now]), v, shared, drawn, s, _small(8, 100.0))
+    assert settle["candidates"][-1]["p_best_after"] == pytest.approx(now, abs=0.01)
+    assert settle["plan"].startswith("/p/") and "settle" not in settle["plan"] and "cheaper" not in settle
+
+
+def test_a_cheaper_route_is_offered_when_it_gains_most_of_the_way() -> None:
+    """Shared and own errors both: the whole plan's launch reveals more (named), the small version reveals the
+    shared part at a fraction of the GPU-seconds (offered as `cheaper`)."""
+    rng = np.random.default_rng(5)
+    n = 4_000
+    theta = np.repeat(rng.normal(0.0, 0.5, n // 40), 40)
+    v, shared, drawn = _draws([100.0, 101.0], np.column_stack([theta, -theta]), 0.15, n)
+    now = float(np.mean(np.argmin(drawn, axis=1) == 0))
+    settle = settling_measurement(_rows(v, [64, 64], [now, 1 - now]), v, shared, drawn, 0.15, _small(8, 100.0))
+    whole = max(c["p_best_after"] for c in settle["candidates"][:-1])
+    assert settle["p_best_after"] >= whole - 0.01 and "settle" not in settle["plan"]
+    c = settle["cheaper"]
+    assert now + 0.01 < c["p_best_after"] < whole - 0.01 and c["gpus"] == 8 and c["gpu_s_share"] == pytest.approx(0.125)
+    assert c["command"] == f"executor launch --plan /p/settle-1.yaml --steps {SETTLE_STEPS}"
+
+
+def test_the_console_names_the_launch_and_the_cheaper_route() -> None:
+    from types import SimpleNamespace
+
+    from perfmodel.commands.sweep import _odds_lines
+
+    theta = np.repeat(np.random.default_rng(5).normal(0.0, 0.5, 100), 40)
+    v, shared, drawn = _draws([100.0, 101.0], np.column_stack([theta, -theta]), 0.15, len(theta))
+    now = float(np.mean(np.argmin(drawn, axis=1) == 0))
+    rows = _rows(v, [64, 64], [now, 1 - now])
+    settle = settling_measurement(rows, v, shared, drawn, 0.15, _small(8, 100.0))
+    ranking = SimpleNamespace(odds={"parameters": ["x"], "parameter_draws": 32}, settle=settle, top=rows,
+                              outcome=SimpleNamespace(interrupted=False))
+    text = "\n".join(_odds_lines(ranking))
+    assert f"to settle the choice: plan {settle['measurement'][5]}" in text and settle["command"] in text
+    assert ("or, at 12.5% of its GPU-seconds: plan 1 (p1) at small scale, 1 of its 8 data-parallel replicas (8 GPUs)"
+            in text and f"{settle['cheaper']['command']}" in text)

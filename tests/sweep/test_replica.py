@@ -1,0 +1,79 @@
+"""A plan at small scale (perfmodel/sweep/replica.py), the settling measurement's cheapest candidate: its fewest
+data-parallel replicas, every replica's work unchanged, priced by the sweep's own evaluation."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from perfmodel.sweep.replica import replica_runs
+
+
+def _pretrain(gpus: int, tp: int, pp: int, global_batch: int) -> dict:
+    return {"kind": "pretrain", "hardware": "h100-sxm", "gpus": gpus, "model": {"id": "llama3-8b"},
+            "train": {"seq_len": 4096, "global_batch": global_batch, "micro_batch": 1,
+                      "layout": {"tp": tp, "pp": pp, "cp": 1, "ep": 1, "dp": gpus // (tp * pp)}}}
+
+
+def _rl(placement: str, actor: int, rollout: int, engine: int, prompts: int = 32) -> dict:
+    run = _pretrain(actor if placement == "colocated" else actor + rollout, 1, 16, prompts * 8)
+    run["kind"] = "rl"
+    run["rl"] = {"placement": placement, "actor_gpus": actor, "rollout_gpus": rollout, "prompts_per_step": prompts,
+                 "samples_per_prompt": 8, "rollout": {"engine_gpus": engine}}
+    run["train"]["layout"]["dp"] = actor // 16
+    return run
+
+
+def test_each_smaller_replica_count_keeps_every_replicas_work():
+    run = _pretrain(64, 4, 2, 24)  # dp 8
+    small = replica_runs(run)
+    assert [r["train"]["layout"]["dp"] for r in small] == [1, 2, 4]
+    assert [(r["gpus"], r["train"]["global_batch"]) for r in small] == [(8, 3), (16, 6), (32, 12)]
+    assert run == _pretrain(64, 4, 2, 24)  # the plan itself untouched
+    assert [r["train"]["layout"]["dp"] for r in replica_runs(_pretrain(64, 4, 2, 20))] == [2, 4]  # 20 / 8 not whole
+    assert replica_runs(_pretrain(8, 4, 2, 24)) == []  # one replica: nothing smaller
+
+
+def test_disaggregated_engines_shrink_with_the_replicas_and_colocated_ones_with_the_trainer():
+    one = replica_runs(_rl("disaggregated", 32, 96, 8))[0]  # dp 2 -> 1
+    assert one["rl"]["actor_gpus"] == 16 and one["rl"]["rollout_gpus"] == 48 and one["gpus"] == 64
+    assert one["rl"]["prompts_per_step"] == 16 and one["train"]["global_batch"] == 128
+    lone = replica_runs(_rl("disaggregated", 32, 8, 8))[0]
+    assert lone["rl"]["rollout_gpus"] == 8  # never fewer than one engine
+    co = replica_runs(_rl("colocated", 64, 64, 8))  # dp 4
+    assert [(r["gpus"], r["rl"]["rollout_gpus"]) for r in co] == [(16, 16), (32, 32)]
+    assert replica_runs(_rl("colocated", 64, 64, 32))[0]["gpus"] == 32  # 16 GPUs hold no 32-GPU engine
+
+
+def test_a_sweeps_smallest_version_is_a_plan_the_executor_takes_and_is_kept_only_when_named(tmp_path: Path,
+                                                                                            monkeypatch):
+    from perfmodel.api import sweep
+    from perfmodel.inputs.plan import load_plan
+    from perfmodel.sweep.folder import smallest_version
+    from tests.conftest import REPO
+
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path / "cache"))
+    spec = REPO / "tests" / "data" / "gpt3-175b-a100-sweep.yaml"
+    ranking = sweep(spec, out=tmp_path / "s", top=3, workers=1, report=False)
+    settle = json.loads((tmp_path / "s" / "summary.json").read_text())["settle"]
+    small = [c for c in settle["candidates"] if "small_scale" in c]
+    assert len(small) == 1 and small[0]["gpu_s"] < min(c["gpu_s"] for c in settle["candidates"][:-1]) / 10
+    named = {settle["plan"]} | ({settle["cheaper"]["plan"]} if "cheaper" in settle else set())
+    assert {str(p) for p in (tmp_path / "s" / "plans").iterdir()} == named | {t["plan_path"] for t in ranking.top}
+
+    by_index = ranking.outcome.rows.candidates
+    version = smallest_version(ranking.top, by_index, _hardware(spec), tmp_path, None, spec.name, None)
+    plan = load_plan(version["plan_path"])
+    full = copy.deepcopy(by_index[next(t for t in ranking.top if t["rank"] == version["rank"])["index"]].run)
+    mp = plan.train.layout.tp * plan.train.layout.pp
+    assert plan.gpus == version["gpus"] == mp * version["replicas"] < full["gpus"]
+    assert plan.train.global_batch * version["of"] == full["train"]["global_batch"] * version["replicas"]
+    assert plan.id.startswith("settle-") and plan.predicted.step_time_s == version["step_time_s"]
+
+
+def _hardware(spec: Path):
+    from perfmodel.inputs.hardware import load_hardware
+    from perfmodel.sweep.spec import load_sweep_spec
+
+    return load_hardware(load_sweep_spec(str(spec)).hardware)
