@@ -52,16 +52,20 @@ def write_sweep_folder(out_dir: Path, spec: SweepSpec, spec_path: str, outcome: 
     settle_files: list[Path] = []
     if odds is not None:
         from perfmodel.sweep.settle import settling_measurement
+        from perfmodel.sweep.small_scale import one_engine_version, smallest_version
 
         compared = top_rows[:len(odds.values)]
-        small = smallest_version(compared, by_index, hw, out_dir / "plans", cal, Path(spec_path).name,
-                                 spec.executor.model_dump() if spec.executor else None)
-        settle = settling_measurement(compared, odds.values, odds.shared, odds.drawn, odds.plan_sigma_log, small)
-        kept = [x["plan"] for x in (settle, (settle or {}).get("cheaper")) if x]
-        if small is not None and small["plan_path"] not in kept:
-            Path(small["plan_path"]).unlink()  # written for the command; not the measurement named
-        elif small is not None:
-            settle_files.append(Path(small["plan_path"]))
+        writes = (by_index, hw, out_dir / "plans", cal, Path(spec_path).name,
+                  spec.executor.model_dump() if spec.executor else None)
+        small, engine = smallest_version(compared, *writes), one_engine_version(compared, *writes)
+        settle = settling_measurement(compared, odds.values, odds.shared, odds.drawn, odds.plan_sigma_log, small,
+                                      engine, odds.thetas, odds.names)
+        named = [x["plan"] for x in (settle, (settle or {}).get("cheaper")) if x]
+        for version in (small, engine):  # written for the command; kept only when named
+            if version is not None and version["plan_path"] not in named:
+                Path(version["plan_path"]).unlink()
+            elif version is not None:
+                settle_files.append(Path(version["plan_path"]))
         said = {"odds": odds.info, "settle": settle}
     extra: dict[str, Any] = dict(said) if odds is not None else {}
     files = [Path(e["plan_path"]) for e in top_summary] + settle_files
@@ -77,38 +81,3 @@ def write_sweep_folder(out_dir: Path, spec: SweepSpec, spec_path: str, outcome: 
     write_summary(spec, outcome, top_summary, out_dir / "summary.json", extra)
     return top_rows, files + [out_dir / "candidates.csv", out_dir / "summary.json"], said
 
-
-def smallest_version(rows: list[dict[str, Any]], by_index: dict[int, Any], hw: HardwareProfile, plans_dir: Path,
-                     cal: Any, spec_name: str, executor: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The compared plans' cheapest smaller version (fewest data-parallel replicas, perfmodel/sweep/replica.py) in
-    GPU-seconds, its plan file written to `plans_dir` (settle-<plan>.yaml); None when no plan has one."""
-    from perfmodel.inputs.plan import dump_plan
-    from perfmodel.inputs.run import RunSpec
-    from perfmodel.inputs.scenario import resolve_model
-    from perfmodel.memo import Memo
-    from perfmodel.sweep.ranking import plan_for
-    from perfmodel.sweep.replica import smallest_replica
-
-    memo, best = Memo(), None
-    for row in rows:
-        run = by_index[row["index"]].run
-        found = smallest_replica(run, hw, resolve_model(RunSpec.model_validate(run), ""), memo)
-        if found is not None and (best is None or found[0]["gpus"] * found[1]["step_time_s"] < best[0]):
-            best = (found[0]["gpus"] * found[1]["step_time_s"], row, *found)
-    if best is None:
-        return None
-    _, row, run, small_row = best
-    lay = run["train"]["layout"]
-    mp = lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1)
-
-    def replicas_of(r: dict[str, Any]) -> int:
-        return (r.get("rl") or {}).get("actor_gpus", r["gpus"]) // mp
-
-    replicas = replicas_of(run)
-    label = f"{row['label']} at {replicas} of its replicas"
-    plan = plan_for(small_row | {"rank": row["rank"], "label": label}, run, cal, spec_name, executor)
-    path = plans_dir / f"settle-{plan.id}.yaml"
-    dump_plan(plan.model_copy(update={"id": f"settle-{plan.id}"}), path)
-    return {"rank": row["rank"], "label": row["label"], "replicas": replicas,
-            "of": replicas_of(by_index[row["index"]].run),
-            "gpus": run["gpus"], "step_time_s": small_row["step_time_s"], "plan_path": str(path)}

@@ -82,13 +82,16 @@ class Odds:
     """How the compared plans' odds were drawn (`info`, for summary.json) and the draws (the settling measurement
     reads them): the plans' objective `values`, `shared` (draws x plans: the ln slow-down the parameters give, each
     parameter draw repeated OWN_DRAWS times; NaN where a plan cannot be priced) and `drawn` (the objective with each
-    plan's own error too)."""
+    plan's own error too); `names` and `thetas` (draws x parameters, ln, repeated as `shared` is): each draw's
+    parameter values, so a measurement of one of them can be priced (perfmodel/sweep/settle.py)."""
 
     info: dict[str, Any]
     values: np.ndarray
     shared: np.ndarray
     drawn: np.ndarray
     plan_sigma_log: float
+    names: tuple[str, ...] = ()
+    thetas: np.ndarray | None = None
 
 
 def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, cal: Any,
@@ -131,7 +134,8 @@ def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, 
                          "re-pricing on the H100 Llama 3 and GPT-3 cases tried)",
             "basis": "shared parameters and each plan's own error" if spread else
                      "each plan's own error only: the calibration gives its parameters no uncertainty"}
-    return Odds(info, values, np.repeat(shared, OWN_DRAWS, axis=0), drawn, PLAN_SIGMA_LOG[kind])
+    return Odds(info, values, np.repeat(shared, OWN_DRAWS, axis=0), drawn, PLAN_SIGMA_LOG[kind],
+                tuple(names) if spread else (), np.repeat(thetas, OWN_DRAWS, axis=0) if spread else None)
 
 
 def _repriced_draws(scn: Any, overlay: Any, thetas: np.ndarray, cov_log: np.ndarray, memo: Memo) -> np.ndarray:

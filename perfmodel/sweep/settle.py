@@ -1,7 +1,7 @@
 """The settling measurement: the short run to make before choosing among a sweep's top plans (issue 24).
 
 Candidates: each compared plan launched for SETTLE_STEPS steps, and the compared plans' smallest version (their
-fewest data-parallel replicas, perfmodel/sweep/replica.py) launched as long. A launch's measured phases fix the
+fewest data-parallel replicas, perfmodel.sweep.small_scale.py) launched as long. A launch's measured phases fix the
 parameters the plans share (`perfmodel calibrate` on the run's record); a plan's own launch also measures its own
 error, up to the run-to-run scatter RUN_SIGMA_LOG, which a smaller version does not (the other plans' own errors stay
 unknown either way). In each of the odds' draws (perfmodel/sweep/odds.py), the plan chosen after the measurement is
@@ -49,7 +49,29 @@ def p_best_after(values: np.ndarray, shared: np.ndarray, drawn: np.ndarray, plan
         sigma = float(np.broadcast_to(plan_sigma_log, values.shape)[measured])
         shrink = sigma ** 2 / (sigma ** 2 + RUN_SIGMA_LOG ** 2)  # posterior mean of the own error
         estimate[:, measured] += shrink * seen
+    return chosen_right(values, estimate, drawn)
+
+
+def chosen_right(values: np.ndarray, estimate: np.ndarray, drawn: np.ndarray) -> float:
+    """The share of draws in which the plan best priced with `estimate` (each draw's ln slow-down of each plan as
+    a measurement reveals it) is the best as drawn."""
     return float(np.mean(np.argmin(slowed(values, estimate), axis=1) == np.argmin(drawn, axis=1)))
+
+
+def one_parameter_estimate(shared: np.ndarray, thetas: np.ndarray, k: int) -> np.ndarray:
+    """Each draw's ln slow-down of each plan as a measurement of parameter `k` alone reveals it: per plan, `shared`
+    regressed on every parameter over the draws (least squares, without the draws the plan cannot be priced in),
+    then the other parameters at their mean (0). First order in the parameters; the truth stays the exact draws."""
+    x = np.column_stack([np.ones(len(thetas)), thetas])
+    estimate = np.empty_like(shared)
+    for j in range(shared.shape[1]):
+        ok = np.isfinite(shared[:, j])
+        if ok.sum() <= x.shape[1]:  # too few draws to fit: the plan as if nothing were revealed
+            estimate[:, j] = np.nanmean(shared[:, j]) if ok.any() else np.nan
+            continue
+        coef = np.linalg.lstsq(x[ok], shared[ok, j], rcond=None)[0]
+        estimate[:, j] = coef[0] + coef[1 + k] * thetas[:, k]
+    return estimate
 
 
 def settle_pick(after: Sequence[float], cost: Sequence[float]) -> int:
@@ -60,41 +82,67 @@ def settle_pick(after: Sequence[float], cost: Sequence[float]) -> int:
 
 
 def settling_measurement(rows: list[dict[str, Any]], values: np.ndarray, shared: np.ndarray, drawn: np.ndarray,
-                         plan_sigma_log: float, small: dict[str, Any] | None = None) -> dict[str, Any] | None:
+                         plan_sigma_log: float, small: dict[str, Any] | None = None,
+                         engine: dict[str, Any] | None = None, thetas: np.ndarray | None = None,
+                         names: tuple[str, ...] = ()) -> dict[str, Any] | None:
     """summary.json's `settle` for the compared top rows (ranked, each with gpus, step_time_s, plan_path): the
-    launch that most raises the chance of choosing the best plan, and under `cheaper` the smaller version when it
-    costs fewer GPU-seconds and still raises the leader's p best by more than SETTLE_TOLERANCE; None for a lone
-    plan (nothing to settle). `small`: the compared plans' cheapest smaller version, if any (rank and label of the
-    plan it cuts down, replicas and of, and its own gpus, step_time_s and plan_path)."""
+    launch that most raises the chance of choosing the best plan, and under `cheaper` the cheapest smaller launch
+    when it costs fewer GPU-seconds and still raises the leader's p best by more than SETTLE_TOLERANCE; None for a
+    lone plan (nothing to settle). `small`: the compared plans' cheapest smaller version (rank and label of the plan
+    it cuts down, replicas and of, and its own gpus, step_time_s and plan_path); `engine`: the cheapest rollout on
+    one engine (rank, label, engines, gpus, step_time_s: its rollout, plan_path, parameter: the multiplier it
+    measures), priced through `thetas` (the odds' parameter draws, named `names`)."""
     if len(rows) < 2:
         return None
-    launches = [(r, p_best_after(values, shared, drawn, plan_sigma_log, i)) for i, r in enumerate(rows)]
+    launches = [("plan", r, p_best_after(values, shared, drawn, plan_sigma_log, i)) for i, r in enumerate(rows)]
     if small is not None:
-        launches.append((small, p_best_after(values, shared, drawn, plan_sigma_log, None)))
-    after = [a for _, a in launches]
-    cost = [float(r["gpus"]) * SETTLE_STEPS * float(r["step_time_s"]) for r, _ in launches]
+        launches.append(("small", small, p_best_after(values, shared, drawn, plan_sigma_log, None)))
+    if engine is not None and thetas is not None and engine["parameter"] in names:
+        k = names.index(engine["parameter"])
+        launches.append(("engine", engine, chosen_right(values, one_parameter_estimate(shared, thetas, k), drawn)))
+    after = [a for _, _, a in launches]
+    cost = [float(r["gpus"]) * SETTLE_STEPS * float(r["step_time_s"]) for _, r, _ in launches]
     pick = settle_pick(after, cost)
     now = float(rows[0].get("p_best", 0.0))
-    out = _launch(launches[pick][0], now, after[pick], small=pick == len(rows)) | {
-        "candidates": [{"rank": r["rank"], "p_best_after": round(a, 4), "gpu_s": round(c, 1)}
-                       | ({} if j < len(rows) else {"small_scale": f"{r['replicas']} of {r['of']} replicas"})
-                       for j, ((r, a), c) in enumerate(zip(launches, cost))],
-        "assumes": "the shared parameters measured exactly by the launch, also at small scale (where traffic that "
-                   "only the full plan has is not measured); whole plans and the plans' smallest version are the "
-                   "candidates",
+    out = _launch(*launches[pick], now) | {
+        "candidates": [{"rank": r["rank"], "p_best_after": round(a, 4), "gpu_s": round(c, 1)} | _size(kind, r)
+                       for (kind, r, a), c in zip(launches, cost)],
+        "assumes": "what a launch measures, measured exactly: the parameters the plans share (whole plans, and "
+                   "their smallest version, where traffic that only the full plan has is not measured), the engine's "
+                   "multiplier alone (a rollout on one engine, read through each plan's first-order response to "
+                   "it); a plan's own launch also its own error",
     }
-    if small is not None and pick < len(rows) and cost[-1] < cost[pick] and after[-1] > now + SETTLE_TOLERANCE:
-        out["cheaper"] = _launch(small, now, after[-1], small=True) | {"gpu_s_share": round(cost[-1] / cost[pick], 4)}
+    smaller = [i for i in range(len(rows), len(launches))
+               if cost[i] < cost[pick] and after[i] > now + SETTLE_TOLERANCE]
+    if pick < len(rows) and smaller:
+        best = settle_pick([after[i] for i in smaller], [cost[i] for i in smaller])
+        i = smaller[best]
+        out["cheaper"] = _launch(*launches[i], now) | {"gpu_s_share": round(cost[i] / cost[pick], 4)}
     return out
 
 
-def _launch(row: dict[str, Any], p_best_now: float, p_best_after: float, small: bool) -> dict[str, Any]:
+def _size(kind: str, row: dict[str, Any]) -> dict[str, Any]:
+    """How a smaller candidate cuts its plan down (summary.json's candidates)."""
+    if kind == "small":
+        return {"small_scale": f"{row['replicas']} of {row['of']} replicas"}
+    if kind == "engine":
+        return {"small_scale": f"rollout alone on 1 of {row['engines']} engines"}
+    return {}
+
+
+def _launch(kind: str, row: dict[str, Any], p_best_after: float, p_best_now: float) -> dict[str, Any]:
     """One candidate launch as summary.json says it: what it measures, the command, its size and the odds."""
-    what = (f"plan {row['rank']} ({row['label']}) at small scale, {row['replicas']} of its {row['of']} "
-            f"data-parallel replicas ({row['gpus']} GPUs), launched for {SETTLE_STEPS} steps: its phases calibrate "
-            "the parameters the plans share") if small else \
-        (f"plan {row['rank']} ({row['label']}) launched for {SETTLE_STEPS} steps: its phases calibrate the "
-         "parameters the plans share, its step its own error")
+    if kind == "small":
+        what = (f"plan {row['rank']} ({row['label']}) at small scale, {row['replicas']} of its {row['of']} "
+                f"data-parallel replicas ({row['gpus']} GPUs), launched for {SETTLE_STEPS} steps: its phases "
+                "calibrate the parameters the plans share")
+    elif kind == "engine":
+        what = (f"the rollout of plan {row['rank']} ({row['label']}) alone on one of its {row['engines']} engines "
+                f"(that engine's share of the prompts, no trainer), launched for {SETTLE_STEPS} steps: its rollout "
+                "calibrates the engine's multiplier")
+    else:
+        what = (f"plan {row['rank']} ({row['label']}) launched for {SETTLE_STEPS} steps: its phases calibrate the "
+                "parameters the plans share, its step its own error")
     return {
         "measurement": what,
         "plan": str(row["plan_path"]),

@@ -453,3 +453,20 @@ def test_ray_address_precedence(seed):
     la = launch_of(seed)
     assert la.ray_address == "http://10.2.2.2:8265" and la.runtime_env_vars["MASTER_ADDR"] == "10.2.2.2"
     assert "--node-ip-address" in la.ray_head and "10.2.2.2" in la.ray_head
+
+
+def test_a_rollout_alone_runs_on_the_engines_gpus_with_no_trainer(seed):
+    """executor.options.debug_rollout_only (the settling measurement of an engine, perfmodel/sweep/small_scale.py):
+    Miles' --debug-rollout-only, nodes for the rollout GPUs only, steps recorded from the rollout line alone."""
+    whole = launch_of(seed)
+    assert not whole.has("--debug-rollout-only") and not whole.rollout_only
+    seed["executor"]["options"]["debug_rollout_only"] = True
+    la = launch_of(seed)
+    assert la.has("--debug-rollout-only") and la.rollout_only
+    gpn = la.gpus_per_node
+    assert la.num_nodes == -(-seed["rl"]["rollout_gpus"] // gpn) < whole.num_nodes
+    co = gb300_colocated()
+    co["executor"]["options"]["debug_rollout_only"] = True
+    with pytest.raises(InputError) as e:
+        launch_of(co)
+    assert e.value.field == "executor.options.debug_rollout_only" and "disaggregated" in e.value.message

@@ -171,3 +171,18 @@ def test_eval_lines_are_kept_apart():
     p.feed_line(EVAL_0)
     assert p.eval == {0: {"eval/aime": 0.39, "eval/aime-truncated_ratio": 0.6, "eval/aime-pass@8": 0.53}}
     assert p.measurements() == []
+
+
+def test_a_rollout_only_run_records_a_step_per_rollout_line():
+    """--debug-rollout-only logs no training side: its parser records each rollout as a step (the rollout's time,
+    nothing else); a whole run's parser still waits for the training side."""
+    lines = ["[t] metrics.py:89 - perf 0: {'perf/rollout_time': 50.0}",
+             "[t] metrics.py:89 - perf 1: {'perf/rollout_time': 40.0}"]
+    alone, whole = MilesLogParser(rollout_only=True), MilesLogParser()
+    assert [[m["step"] for m in alone.feed_line(x)] for x in lines] == [[0], [1]]
+    assert [m.get("rollout_time_s") for m in alone.measurements()] == [50.0, 40.0]
+    assert all("step_time_s" not in m and "train_time_s" not in m for m in alone.measurements())
+    assert [whole.feed_line(x) for x in lines] == [[], []] and whole.finish() == []
+    late = MilesLogParser(rollout_only=True)
+    late.feed(lines[0])  # no newline yet: the line is whole only when the log ends
+    assert [m["step"] for m in late.finish()] == [0]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from perfmodel.inputs.overlay import RUN_SIGMA_LOG
-from perfmodel.sweep.settle import SETTLE_STEPS, p_best_after, settling_measurement
+from perfmodel.sweep.settle import SETTLE_STEPS, one_parameter_estimate, p_best_after, settling_measurement
 
 
 def _draws(values: list[float], shared: np.ndarray, sigma: float, n: int, seed: int = 7
@@ -125,3 +125,40 @@ def test_the_console_names_the_launch_and_the_cheaper_route() -> None:
     assert f"to settle the choice: plan {settle['measurement'][5]}" in text and settle["command"] in text
     assert ("or, at 12.5% of its GPU-seconds: plan 1 (p1) at small scale, 1 of its 8 data-parallel replicas (8 GPUs)"
             in text and f"{settle['cheaper']['command']}" in text)
+
+
+def test_one_parameters_estimate_is_the_plans_response_to_it_alone() -> None:
+    """Plans linear in two parameters: what a measurement of one reveals is exactly each plan's slope on it times its
+    value; a plan that cannot be priced in some draws is fitted on the rest."""
+    rng = np.random.default_rng(2)
+    thetas = rng.normal(0.0, [0.4, 0.8], size=(256, 2))
+    slopes = np.array([[1.0, 0.2], [0.5, 0.9], [0.0, 1.0]])
+    shared = thetas @ slopes.T + np.array([0.01, 0.0, -0.02])
+    shared[:5, 2] = np.nan
+    for k in range(2):
+        est = one_parameter_estimate(shared, thetas, k)
+        expected = np.array([0.01, 0.0, -0.02]) + thetas[:, [k]] * slopes[:, k]
+        assert np.allclose(est, expected, atol=1e-9)
+
+
+def test_a_rollout_on_one_engine_is_named_when_the_engine_is_what_orders_the_plans() -> None:
+    """Two plans that trade places as the engine's multiplier moves (one rollout-bound, one not), a training
+    multiplier that slows both alike, no own errors: one engine's rollout reveals the order as a whole launch would,
+    at a fraction of the GPU-seconds, so it is named; a measurement of the training multiplier would not be."""
+    rng = np.random.default_rng(4)
+    thetas = np.repeat(rng.normal(0.0, [0.4, 0.8], size=(200, 2)), 10, axis=0)  # (train, rollout)
+    shared = np.column_stack([thetas[:, 0] + thetas[:, 1], thetas[:, 0] - thetas[:, 1]])
+    v, shared, drawn = _draws([100.0, 100.5], shared, 0.0, len(thetas))
+    now = float(np.mean(np.argmin(drawn, axis=1) == 0))
+    engine = {"rank": 2, "label": "p2", "engines": 12, "gpus": 8, "step_time_s": 60.0, "plan_path": "/p/eng.yaml",
+              "parameter": "stack.rollout_compute_scale"}
+    names = ("stack.train_compute_scale", "stack.rollout_compute_scale")
+    settle = settling_measurement(_rows(v, [128, 128], [now, 1 - now]), v, shared, drawn, 0.0, None, engine,
+                                  thetas, names)
+    assert settle["plan"] == "/p/eng.yaml" and settle["p_best_after"] == 1.0 and 0.3 < now < 0.7
+    assert settle["candidates"][-1]["small_scale"] == "rollout alone on 1 of 12 engines"
+    assert "alone on one of its 12 engines" in settle["measurement"] and settle["gpus"] == 8
+    assert settle["expected_s"] == SETTLE_STEPS * 60.0
+    train_only = settling_measurement(_rows(v, [128, 128], [now, 1 - now]), v, shared, drawn, 0.0, None,
+                                      engine | {"parameter": names[0]}, thetas, names)
+    assert train_only["candidates"][-1]["p_best_after"] == pytest.approx(now, abs=0.05)

@@ -139,8 +139,9 @@ def test_cli_writes_outputs_and_the_cache_makes_reruns_instant(tmp_path, capsys,
     rows = list(csv.DictReader((out / "candidates.csv").open()))
     summary = json.loads((out / "summary.json").read_text())
     assert summary["evaluated"] + summary["pruned"] == len(rows) and summary["cached"] == 0
-    plans = sorted((out / "plans").glob("*.yaml"))
-    assert len(plans) == 3
+    plans = sorted((out / "plans").glob("rank*.yaml"))
+    named = {summary["settle"]["plan"], (summary["settle"].get("cheaper") or {}).get("plan")}
+    assert len(plans) == 3 and {str(p) for p in (out / "plans").glob("settle-*.yaml")} <= named
     best = load_plan(plans[0])
     assert best.predicted.step_time_s == pytest.approx(float(summary["top"][0]["step_time_s"]))
     assert build_scenario(best)  # a written plan passes every rule

@@ -134,6 +134,8 @@ def step_behaviour_args(rl: RLSpec, opts: MilesOptions) -> ArgGroup:
         a += ["--deterministic-mode"]
     if opts.rollout_routing_replay:
         a += ["--use-rollout-routing-replay", "--use-miles-router"]
+    if opts.debug_rollout_only:  # no Megatron actor is allocated: only the rollout GPUs are used
+        a += ["--debug-rollout-only"]
     return ArgGroup(a)
 
 

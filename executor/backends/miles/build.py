@@ -78,6 +78,10 @@ def build_miles_launch(plan: Plan, plan_path: str = "", run_id: str | None = Non
     ray_address = opts.ray_address or os.environ.get("RAY_ADDRESS") or (
         f"http://{opts.head_ip}:{opts.dashboard_port}" if opts.head_ip else DEFAULT_RAY_ADDRESS)
     fully_async = opts.fully_async if opts.fully_async is not None else plan.rl.async_
+    if opts.debug_rollout_only and plan.rl.placement != "disaggregated":
+        raise fail(src, "executor.options.debug_rollout_only",
+                   "a rollout alone runs on the engines' own GPUs: give rl.placement: disaggregated")
+    gpus = plan.rl.rollout_gpus if opts.debug_rollout_only else plan.gpus
     script = "train_async.py" if plan.rl.async_ else "train.py"
     if fully_async and not plan.rl.async_:
         raise fail(src, "executor.options.fully_async", "the fully-async rollout needs rl.async: true (train_async.py)")
@@ -87,9 +91,9 @@ def build_miles_launch(plan: Plan, plan_path: str = "", run_id: str | None = Non
     return MilesLaunch(
         plan_id=plan.id, run_id=rid, entry_script=f"{opts.miles_root}/{script}", python=opts.python,
         train_args=tuple(train.args), runtime_env_vars=train.env_vars, passthrough_env=tuple(train.passthrough_env),
-        model_args=margs, ray_head=ray_head, ray_worker=ray_worker, num_nodes=max(1, math.ceil(plan.gpus / gpn)),
+        model_args=margs, ray_head=ray_head, ray_worker=ray_worker, num_nodes=max(1, math.ceil(gpus / gpn)),
         gpus_per_node=gpn, ray_address=ray_address, num_steps_per_rollout=train.steps_per_rollout,
-        notes=tuple(train.notes))
+        notes=tuple(train.notes), rollout_only=opts.debug_rollout_only)
 
 
 def train_args(plan: Plan, sc: Scenario, opts: MilesOptions, recipe: R.ModelRecipe, src: str,

@@ -98,6 +98,7 @@ class MilesLaunch:
     ray_address: str
     num_steps_per_rollout: int
     notes: tuple[str, ...] = ()
+    rollout_only: bool = False  # --debug-rollout-only: a step is its rollout (no training-side perf line)
 
     @property
     def entry_point(self) -> str:

@@ -177,6 +177,7 @@ class StepRecord:
     step: int
     perf: dict[str, float] = field(default_factory=dict)
     train_metrics: list[dict[str, float]] = field(default_factory=list)  # the `step N:` dicts of this rollout
+    rollout_only: bool = False  # a --debug-rollout-only run: no training side to wait for
 
     @property
     def has_train(self) -> bool:
@@ -188,7 +189,13 @@ class StepRecord:
 
     @property
     def complete(self) -> bool:
-        return self.has_train and self.has_rollout
+        return self.has_rollout and (self.rollout_only or self.has_train)
+
+    @property
+    def kept(self) -> bool:
+        """Worth recording when the log ends: a training-side line seen (a run whose rollout logging is customised
+        never logs `perf/rollout_time`), or the rollout of a rollout-only run."""
+        return self.has_rollout if self.rollout_only else self.has_train
 
     def measurement(self) -> dict[str, Any]:
         """A flat per-step measurement dict: `step`, the `*_s` timings, throughputs, and `perf` (all raw keys).
@@ -227,12 +234,13 @@ class MilesLogParser:
     """Feed job-log text (whole lines or arbitrary chunks); collect one record per rollout id.
 
     `feed` returns the measurements of steps that became complete (both the rollout-side and the training-side
-    `perf` line seen) with that call, so a caller can store them while the job runs; `finish` returns the rest
-    that have a training-side line (a run whose rollout logging is customised never logs `perf/rollout_time`).
+    `perf` line seen; the rollout-side one alone for `rollout_only`, a --debug-rollout-only run) with that call,
+    so a caller can store them while the job runs; `finish` returns the rest worth recording (`StepRecord.kept`).
     """
 
-    def __init__(self, num_steps_per_rollout: int = 1) -> None:
+    def __init__(self, num_steps_per_rollout: int = 1, rollout_only: bool = False) -> None:
         self.num_steps_per_rollout = max(1, num_steps_per_rollout)
+        self.rollout_only = rollout_only
         self.steps: dict[int, StepRecord] = {}
         self.eval: dict[int, dict[str, float]] = {}
         self._emitted: set[int] = set()
@@ -241,7 +249,7 @@ class MilesLogParser:
     def _record(self, step: int) -> StepRecord:
         rec = self.steps.get(step)
         if rec is None:
-            rec = self.steps[step] = StepRecord(step)
+            rec = self.steps[step] = StepRecord(step, rollout_only=self.rollout_only)
         return rec
 
     def feed_line(self, line: str) -> list[dict[str, Any]]:
@@ -282,14 +290,14 @@ class MilesLogParser:
             self._partial = ""
         for step in sorted(self.steps):
             rec = self.steps[step]
-            if step not in self._emitted and rec.has_train:
+            if step not in self._emitted and rec.kept:
                 self._emitted.add(step)
                 out.append(rec.measurement())
         return out
 
     def measurements(self) -> list[dict[str, Any]]:
-        """All steps with a training-side line, in step order (does not consume anything)."""
-        return [self.steps[s].measurement() for s in sorted(self.steps) if self.steps[s].has_train]
+        """All steps worth recording (`StepRecord.kept`), in step order (does not consume anything)."""
+        return [self.steps[s].measurement() for s in sorted(self.steps) if self.steps[s].kept]
 
 
 def parse_miles_log(lines: Iterable[str], num_steps_per_rollout: int = 1) -> list[dict[str, Any]]:

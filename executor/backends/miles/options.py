@@ -95,6 +95,9 @@ class MilesOptions(BaseModel):
     fully_async: bool | None = Field(None, description="fully-async rollout function; default: rl.async")
     pause_generation_mode: Literal["in_place", "retract", "abort"] = "in_place"
     deterministic: bool = True
+    debug_rollout_only: bool = Field(
+        False, description="Miles' --debug-rollout-only: the rollout alone on the plan's engines, no trainer (a "
+                           "settling measurement of the engine: perfmodel/sweep/small_scale.py); disaggregated plans")
     rollout_routing_replay: bool = Field(False, description="R3: --use-rollout-routing-replay --use-miles-router")
     qkv_format: Literal["bshd", "thd"] | None = Field(None, description="default: the model recipe's")
     dynamic_batch_size: bool | None = Field(

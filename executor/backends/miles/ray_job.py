@@ -109,7 +109,8 @@ def submit_and_follow(
         runtime_env={"env_vars": env},
         metadata={"plan_id": launch.plan_id, "run_id": launch.run_id, "backend": "miles"},
     )
-    follower = _LogFollower(launch, MilesLogParser(launch.num_steps_per_rollout), store, out, watchdog,
+    parser = MilesLogParser(launch.num_steps_per_rollout, launch.rollout_only)
+    follower = _LogFollower(launch, parser, store, out, watchdog,
                             open(log_path, "a", encoding="utf-8") if log_path else None,
                             time.monotonic() + timeout_s if timeout_s else None)
     status = "PENDING"

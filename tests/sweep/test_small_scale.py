@@ -1,4 +1,4 @@
-"""A plan at small scale (perfmodel/sweep/replica.py), the settling measurement's cheapest candidate: its fewest
+"""A plan at small scale (perfmodel.sweep.small_scale.py), the settling measurement's cheapest candidate: its fewest
 data-parallel replicas, every replica's work unchanged, priced by the sweep's own evaluation."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import copy
 import json
 from pathlib import Path
 
-from perfmodel.sweep.replica import replica_runs
+from perfmodel.sweep.small_scale import replica_runs
 
 
 def _pretrain(gpus: int, tp: int, pp: int, global_batch: int) -> dict:
@@ -50,7 +50,7 @@ def test_a_sweeps_smallest_version_is_a_plan_the_executor_takes_and_is_kept_only
                                                                                             monkeypatch):
     from perfmodel.api import sweep
     from perfmodel.inputs.plan import load_plan
-    from perfmodel.sweep.folder import smallest_version
+    from perfmodel.sweep.small_scale import smallest_version
     from tests.conftest import REPO
 
     monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path / "cache"))
@@ -77,3 +77,52 @@ def _hardware(spec: Path):
     from perfmodel.sweep.spec import load_sweep_spec
 
     return load_hardware(load_sweep_spec(str(spec)).hardware)
+
+
+def test_one_engines_rollout_carries_the_load_each_engine_carries_in_the_plan():
+    from perfmodel.sweep.small_scale import one_engine_run
+
+    run = _rl("colocated", 64, 64, 8, prompts=32)  # 8 engines
+    run["rl"]["samples_per_prompt"] = 8
+    run["rl"]["weight_update"] = {"mode": "ipc"}
+    one = one_engine_run(run)
+    assert one["rl"]["placement"] == "disaggregated" and one["rl"]["rollout_gpus"] == 8
+    assert one["rl"]["prompts_per_step"] == 4 and one["gpus"] == 64 + 8
+    assert one["rl"]["weight_update"]["mode"] == "broadcast"  # never run: the launch trains nothing
+    assert one["train"]["global_batch"] == 32  # no more than the 4 x 8 samples
+    assert run["rl"]["placement"] == "colocated"  # the plan itself untouched
+    assert one_engine_run(_pretrain(64, 4, 2, 24)) is None
+
+
+def test_a_sweeps_rollout_on_one_engine_is_a_miles_rollout_only_plan(tmp_path: Path, monkeypatch):
+    from executor.backends.miles import build_miles_launch
+    from perfmodel.api import sweep
+    from perfmodel.inputs.plan import load_plan
+    from perfmodel.sweep.small_scale import one_engine_version
+    from tests.sweep.test_sweep import small_spec
+
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path / "cache"))
+    spec = small_spec()
+    ranking = sweep(spec, out=tmp_path / "s", top=3, workers=1, report=False)
+    settle = ranking.settle
+    engine = [c for c in settle["candidates"] if "engines" in c.get("small_scale", "")]
+    assert len(engine) == 1 and engine[0]["gpu_s"] < min(c["gpu_s"] for c in settle["candidates"][:3])
+    by_index = ranking.outcome.rows.candidates
+    hw = _hardware_of(spec.hardware)
+    version = one_engine_version(ranking.top, by_index, hw, tmp_path, None, "s.yaml", None)
+    plan = load_plan(version["plan_path"])
+    full = by_index[next(t for t in ranking.top if t["rank"] == version["rank"])["index"]].run
+    assert plan.executor.backend == "miles" and plan.executor.options["debug_rollout_only"] is True
+    assert plan.rl.rollout_gpus == full["rl"]["rollout"]["engine_gpus"] == version["gpus"]
+    assert plan.predicted.rollout_time_s == version["step_time_s"]
+    assert version["parameter"] == "stack.rollout_compute_scale"
+
+    launch = build_miles_launch(plan, version["plan_path"])
+    assert launch.has("--debug-rollout-only") and launch.num_nodes == 1
+    assert one_engine_version(ranking.top, by_index, hw, tmp_path, None, "s.yaml", {"backend": "local"}) is None
+
+
+def _hardware_of(hw_id: str):
+    from perfmodel.inputs.hardware import load_hardware
+
+    return load_hardware(hw_id)

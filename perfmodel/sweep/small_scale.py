@@ -1,0 +1,160 @@
+"""A plan at small scale, as a settling measurement (issue 24): smaller runs of the same stack and hardware that
+measure what the sweep's plans share, on a fraction of the GPUs.
+
+- Its fewest data-parallel replicas (`replica_runs`): the same model-parallel layout, micro-batches and engines,
+  with the batch cut in proportion to the replicas (every replica's work per step unchanged, `d / dp` of the
+  prompts and of the global batch) and, when disaggregated, the engines cut in the same proportion (at least one).
+  Its phases measure the stack's multipliers for training, the engine and the weight update; what it cannot measure
+  is the full plan's own error (gradient traffic across more nodes, a weight update to more engines).
+- Its rollout alone on one of its engines (`one_engine_run`): one engine's share of the prompts (the load each
+  engine carries in the plan), launched with Miles' `--debug-rollout-only` (no trainer), so it measures the
+  engine's multiplier only, on the GPUs of one engine.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from perfmodel.inputs.hardware import HardwareProfile
+from perfmodel.memo import Memo
+
+
+def replica_runs(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The plan's run with d of its dp replicas, for each d dividing dp (fewest first) that keeps the batch whole;
+    none when dp is 1. Which of them the model can price (an expert layout needs enough ranks; a sharded optimizer
+    more memory per GPU on fewer replicas) is the caller's to try."""
+    t = run["train"]
+    lay, rl = t["layout"], run.get("rl")
+    mp = lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1)
+    train_gpus = rl["actor_gpus"] if rl else run["gpus"]
+    dp = train_gpus // mp
+    out = []
+    for d in range(1, dp):
+        if dp % d or (t["global_batch"] * d) % dp or (rl and (rl["prompts_per_step"] * d) % dp):
+            continue
+        small = copy.deepcopy(run)
+        st = small["train"]
+        st["global_batch"] = t["global_batch"] * d // dp
+        if lay.get("dp") is not None:
+            st["layout"]["dp"] = d
+        if rl is None:
+            small["gpus"] = mp * d
+        else:
+            sr = small["rl"]
+            engine = sr["rollout"]["engine_gpus"]
+            sr["prompts_per_step"] = rl["prompts_per_step"] * d // dp
+            sr["actor_gpus"] = mp * d
+            if rl["placement"] == "colocated":
+                if (mp * d) % engine:
+                    continue
+                sr["rollout_gpus"] = small["gpus"] = mp * d
+            else:
+                engines = max(1, round(rl["rollout_gpus"] // engine * d / dp))
+                sr["rollout_gpus"] = engines * engine
+                small["gpus"] = mp * d + engines * engine
+        out.append(small)
+    return out
+
+
+def one_engine_run(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan's rollout on one of its engines, as a plan: one engine's share of the prompts, its own GPUs
+    (disaggregated: a colocated engine's update mechanism becomes a broadcast, which a rollout-only launch never
+    runs), the global batch no larger than the samples; None for a run without a rollout."""
+    rl = run.get("rl")
+    if not rl:
+        return None
+    engine = rl["rollout"]["engine_gpus"]
+    engines = max(1, rl["rollout_gpus"] // engine)
+    small = copy.deepcopy(run)
+    sr = small["rl"]
+    sr["placement"] = "disaggregated"
+    sr["rollout_gpus"] = engine
+    sr["prompts_per_step"] = max(1, round(rl["prompts_per_step"] / engines))
+    if sr.get("weight_update", {}).get("mode") == "ipc":
+        sr["weight_update"]["mode"] = "broadcast"
+    samples = sr["prompts_per_step"] * rl["samples_per_prompt"]
+    if samples % small["train"]["global_batch"]:
+        small["train"]["global_batch"] = samples
+    small["gpus"] = rl["actor_gpus"] + engine
+    return small
+
+
+def _evaluated(run: dict[str, Any], hw: HardwareProfile, memo: Memo) -> dict[str, Any] | None:
+    """The sweep's own row for `run` when the model can price it (None when pruned or invalid)."""
+    from perfmodel.inputs.run import RunSpec
+    from perfmodel.inputs.scenario import resolve_model
+    from perfmodel.sweep.run import evaluate_run
+
+    row = evaluate_run(run, hw, resolve_model(RunSpec.model_validate(run), ""), memo)
+    return row if row.get("status") == "ok" else None
+
+
+def _write_settle_plan(row: dict[str, Any], run: dict[str, Any], label: str, plans_dir: Path, cal: Any,
+                       spec_name: str, executor: dict[str, Any] | None) -> str:
+    """The smaller launch as a plan file `plans_dir/settle-<id>.yaml` (the sweep's plan format); returns its path."""
+    from perfmodel.inputs.plan import dump_plan
+    from perfmodel.sweep.ranking import plan_for
+
+    plan = plan_for(row | {"label": label}, run, cal, spec_name, executor)
+    path = plans_dir / f"settle-{plan.id}.yaml"
+    dump_plan(plan.model_copy(update={"id": f"settle-{plan.id}"}), path)
+    return str(path)
+
+
+def smallest_version(rows: list[dict[str, Any]], by_index: dict[int, Any], hw: HardwareProfile, plans_dir: Path,
+                     cal: Any, spec_name: str, executor: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The compared plans' cheapest version at their fewest replicas (GPU-seconds of a step), its plan file written
+    (settle-<plan>.yaml); None when no plan has one the model can price. What the settling measurement reads:
+    rank and label of the plan, replicas and of, gpus, step_time_s, plan_path."""
+    memo, best = Memo(), None
+    for row in rows:
+        full = by_index[row["index"]].run
+        for small in replica_runs(full):
+            priced = _evaluated(small, hw, memo)
+            if priced is not None:
+                cost = small["gpus"] * priced["step_time_s"]
+                if best is None or cost < best[0]:
+                    best = (cost, row, full, small, priced)
+                break
+    if best is None:
+        return None
+    _, row, full, small, priced = best
+    lay = small["train"]["layout"]
+    mp = lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1)
+    replicas, of = ((r.get("rl") or {}).get("actor_gpus", r["gpus"]) // mp for r in (small, full))
+    path = _write_settle_plan(priced | {"rank": row["rank"]}, small, f"{row['label']} at {replicas} of its replicas",
+                              plans_dir, cal, spec_name, executor)
+    return {"rank": row["rank"], "label": row["label"], "replicas": replicas, "of": of, "gpus": small["gpus"],
+            "step_time_s": priced["step_time_s"], "plan_path": path}
+
+
+def one_engine_version(rows: list[dict[str, Any]], by_index: dict[int, Any], hw: HardwareProfile, plans_dir: Path,
+                       cal: Any, spec_name: str, executor: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The compared RL plans' cheapest rollout on one engine (GPU-seconds of its rollout), its plan file written
+    with Miles' rollout-only switch (`executor.options.debug_rollout_only`); None without RL plans or when the
+    sweep launches on another backend (only Miles runs a rollout alone). What the settling measurement reads: rank
+    and label of the plan, engines, gpus (one engine's), step_time_s (its rollout), plan_path, parameter."""
+    from perfmodel.priors import ROLLOUT
+
+    if (executor or {}).get("backend", "miles") != "miles":
+        return None
+    memo, best = Memo(), None
+    for row in rows:
+        full = by_index[row["index"]].run
+        one = one_engine_run(full)
+        priced = _evaluated(one, hw, memo) if one is not None else None
+        if priced is not None:
+            cost = one["rl"]["rollout_gpus"] * priced["rollout_time_s"]
+            if best is None or cost < best[0]:
+                best = (cost, row, full, one, priced)
+    if best is None:
+        return None
+    _, row, full, one, priced = best
+    engines = max(1, full["rl"]["rollout_gpus"] // full["rl"]["rollout"]["engine_gpus"])
+    options = dict((executor or {}).get("options") or {}) | {"debug_rollout_only": True}
+    path = _write_settle_plan(priced | {"rank": row["rank"]}, one, f"{row['label']} rollout on one engine",
+                              plans_dir, cal, spec_name, {"backend": "miles", "options": options})
+    return {"rank": row["rank"], "label": row["label"], "engines": engines, "gpus": one["rl"]["rollout_gpus"],
+            "step_time_s": priced["rollout_time_s"], "plan_path": path, "parameter": ROLLOUT}
