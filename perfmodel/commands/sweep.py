@@ -122,8 +122,9 @@ def _odds_lines(ranking: Any) -> list[str]:
                      f"{st['p_best_after']:.2f}\n  {st['command']}\n  then: {st['then']}")
         if st.get("cheaper"):
             c = st["cheaper"]
-            notes.append(f"or, at {c['gpu_s_share']:.1%} of its GPU-seconds: {c['measurement']} (about "
-                         f"{c['expected_s']:.0f} s): p best -> about {c['p_best_after']:.2f}\n  {c['command']}")
+            notes.append(f"or, at {c['gpu_s_share']:.1%} of its GPU-seconds: {c['measurement']} ({c['gpus']} GPUs, "
+                         f"about {c['expected_s']:.0f} s): p best -> about {c['p_best_after']:.2f}\n  {c['command']}\n"
+                         f"  then: {c['then']}")
     return notes
 
 

@@ -148,8 +148,10 @@ def _launch(kind: str, row: dict[str, Any], p_best_after: float, p_best_now: flo
         "plan": str(row["plan_path"]),
         "command": shlex.join(["executor", "launch", "--plan", str(row["plan_path"]), "--steps",
                                str(SETTLE_STEPS)]),
-        "then": "executor export RUN --out settle.yaml; perfmodel calibrate settle.yaml --out cal.yaml; "
-                "perfmodel sweep ... --calibration cal.yaml",
+        # a rollout alone informs only the engine's knobs, one figure for several: fit the multiplier the odds drew
+        "then": "executor export RUN --out settle.yaml; perfmodel calibrate settle.yaml "
+                + (f"--params {row['parameter'].removeprefix('stack.')} " if kind == "engine" else "")
+                + "--out cal.yaml; perfmodel sweep ... --calibration cal.yaml",
         "gpus": int(row["gpus"]),
         "expected_s": round(SETTLE_STEPS * float(row["step_time_s"]), 1),
         "expected_s_excludes": "start-up (model load, engine start)",

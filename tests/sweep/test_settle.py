@@ -159,6 +159,7 @@ def test_a_rollout_on_one_engine_is_named_when_the_engine_is_what_orders_the_pla
     assert settle["candidates"][-1]["small_scale"] == "rollout alone on 1 of 12 engines"
     assert "alone on one of its 12 engines" in settle["measurement"] and settle["gpus"] == 8
     assert settle["expected_s"] == SETTLE_STEPS * 60.0
+    assert "perfmodel calibrate settle.yaml --params rollout_compute_scale --out cal.yaml" in settle["then"]
     train_only = settling_measurement(_rows(v, [128, 128], [now, 1 - now]), v, shared, drawn, 0.0, None,
                                       engine | {"parameter": names[0]}, thetas, names)
     assert train_only["candidates"][-1]["p_best_after"] == pytest.approx(now, abs=0.05)

@@ -7,6 +7,8 @@ import copy
 import json
 from pathlib import Path
 
+import yaml
+
 from perfmodel.sweep.small_scale import replica_runs
 
 
@@ -119,6 +121,17 @@ def test_a_sweeps_rollout_on_one_engine_is_a_miles_rollout_only_plan(tmp_path: P
 
     launch = build_miles_launch(plan, version["plan_path"])
     assert launch.has("--debug-rollout-only") and launch.num_nodes == 1
+    # the loop: its rollout measured 1.3x the price (what export writes), calibrated as the settle line says
+    case = plan.model_dump(mode="json", by_alias=True, exclude_none=True,
+                           include={"kind", "hardware", "stack", "stack_options", "gpus", "model", "train", "rl"})
+    case |= {"id": "engine-settle", "source": "test", "measured": {"rollout_time_s": 1.3 * version["step_time_s"]}}
+    (tmp_path / "settle.yaml").write_text(yaml.safe_dump(case))
+    from perfmodel.api import calibrate
+
+    cal = calibrate([tmp_path / "settle.yaml"], params=["rollout_compute_scale"], out=tmp_path / "cal.yaml")
+    assert 1.2 < cal.stack_params["rollout_compute_scale"] < 1.45
+    again = sweep(spec, out=tmp_path / "s2", top=3, workers=1, report=False, calibration=tmp_path / "cal.yaml")
+    assert again.top[0]["rollout_time_s"] > 1.2 * ranking.top[0]["rollout_time_s"]
     assert one_engine_version(ranking.top, by_index, hw, tmp_path, None, "s.yaml", {"backend": "local"}) is None
 
 
