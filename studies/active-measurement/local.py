@@ -7,8 +7,9 @@ the local job's layouts and names the settling measurement; every
 ranked plan is launched with `executor launch` and exported (`studies/calibration-loop/measure.py`, one at a time: the
 cores are the GPUs), so the settling launch is one of them and the others are the truth it is checked against; then,
 for each plan as the one measured, `perfmodel calibrate` on its record alone and `perfmodel sweep --calibration`:
-the plan chosen is the best of the re-priced plans, the measured one at its measured step. Writes `local.json` and
-`local.md` next to this file. About 3 minutes here (3 launches of 6 steps, 4 sweeps).
+the plan chosen is the best of the re-priced plans, the measured one at its measured step. When the sweep offers a
+cheaper settling launch (a plan at fewer data-parallel replicas), it is run too and followed the same way. Writes
+`local.json` and `local.md` next to this file. About 4 minutes here (4 launches of 6 steps, 5 sweeps).
 """
 
 from __future__ import annotations
@@ -118,13 +119,50 @@ def loop(work: Path, steps: int) -> dict:
         p["regret_if_measured"] = by_label[p["then_chosen"]]["measured_step_s"] / best_s
         p["case"] = str(p["case"].name)
     settle = by_label[settle_plan]
+    smaller = _smaller_launch(zero, spec, work, steps, measure, by_label, best_s)
     return {"steps_per_launch": steps, "plans": plans, "best_measured": min(plans, key=lambda p: p["measured_step_s"])
             ["label"], "zero_shot_choice": top[0]["label"],
             "regret_zero_shot": by_label[top[0]["label"]]["measured_step_s"] / best_s,
             "settle": {"plan": settle_plan, "p_best_now": zero["settle"]["p_best_now"],
                        "p_best_after": zero["settle"]["p_best_after"], "then_chosen": settle["then_chosen"],
                        "regret": settle["regret_if_measured"]},
-            "regret_random": sum(p["regret_if_measured"] for p in plans) / len(plans)}
+            "regret_random": sum(p["regret_if_measured"] for p in plans) / len(plans), "cheaper": smaller}
+
+
+def _smaller_launch(zero: dict, spec: Path, work: Path, steps: int, measure, by_label: dict,
+                    best_s: float) -> dict | None:
+    """The plans' smaller version (fewest data-parallel replicas) that the sweep priced as a settling candidate, run
+    for real whether or not the sweep offered it (`settle.cheaper`: when it costs fewer GPU-seconds and its p best
+    after beats the leader's now by more than 0.01, which 32 parameter draws decide only to about +-0.03), and
+    followed as its `then` says: calibrate on its record alone, sweep again, choose the best re-priced plan."""
+    from types import SimpleNamespace
+
+    from perfmodel.inputs.hardware import load_hardware
+    from perfmodel.inputs.plan import load_plan
+    from perfmodel.sweep.small_scale import smallest_version
+
+    priced = next((c for c in zero["settle"]["candidates"] if "replicas" in c.get("small_scale", "")), None)
+    if priced is None:
+        return None
+    rows = zero["top"]
+    plans = {r["index"]: load_plan(r["plan_path"]) for r in rows}
+    by_index = {i: SimpleNamespace(run=p.model_dump(mode="json", by_alias=True, exclude_none=True, include={
+        "kind", "hardware", "hardware_options", "stack", "stack_options", "gpus", "model", "train", "rl"}))
+        for i, p in plans.items()}
+    hw = load_hardware(plans[rows[0]["index"]].hardware)  # each run applies its own hardware_options
+    version = smallest_version(rows, by_index, hw, work, None, spec.name, {"backend": "local"})
+    case = work / "measured" / "settle-smaller.yaml"
+    measure(Path(version["plan_path"]), case, steps, work)
+    cal = work / "cal-smaller.yaml"
+    perfmodel("calibrate", str(case), "--out", str(cal))
+    again = run_sweep(spec, work / "sweep-after-smaller", cal)
+    chosen = min(again["top"], key=lambda r: float(r["step_time_s"]))["label"]
+    offered = zero["settle"].get("cheaper") or {}
+    return {"plan": f"{version['label']} at {version['replicas']} of its {version['of']} replicas",
+            "gpus": version["gpus"], "gpu_s": priced["gpu_s"], "p_best_after": priced["p_best_after"],
+            "offered": offered.get("plan", "").endswith(Path(version["plan_path"]).name),
+            "measured_step_s": measured_step_s(case), "then_chosen": chosen,
+            "regret": by_label[chosen]["measured_step_s"] / best_s}
 
 
 def table(res: dict) -> list[str]:
@@ -141,6 +179,12 @@ def table(res: dict) -> list[str]:
               f"- the settling measurement: {s['plan']} (p best {s['p_best_now']} -> about {s['p_best_after']}); "
               f"then chosen: {s['then_chosen']} (regret {s['regret']:.3f})",
               f"- a measurement at random (mean over the plans): regret {res['regret_random']:.3f}"]
+    c = res.get("cheaper")
+    if c:
+        lines.append(f"- the plans' smaller version, run too: {c['plan']} ({c['gpus']} GPU(s), "
+                     f"{'offered as the cheaper launch' if c['offered'] else 'priced, not offered'}; p best after "
+                     f"about {c['p_best_after']}; measured {c['measured_step_s']:.3f} s a step); then chosen: "
+                     f"{c['then_chosen']} (regret {c['regret']:.3f})")
     return lines
 
 
