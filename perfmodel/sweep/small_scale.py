@@ -61,7 +61,7 @@ def replica_runs(run: dict[str, Any]) -> list[dict[str, Any]]:
 def one_engine_run(run: dict[str, Any]) -> dict[str, Any] | None:
     """The plan's rollout on one of its engines, as a plan: one engine's share of the prompts, its own GPUs
     (disaggregated: a colocated engine's update mechanism becomes a broadcast, which a rollout-only launch never
-    runs), the global batch no larger than the samples; None for a run without a rollout."""
+    runs), synchronous, the global batch no larger than the samples; None for a run without a rollout."""
     rl = run.get("rl")
     if not rl:
         return None
@@ -70,6 +70,7 @@ def one_engine_run(run: dict[str, Any]) -> dict[str, Any] | None:
     small = copy.deepcopy(run)
     sr = small["rl"]
     sr["placement"] = "disaggregated"
+    sr["async"] = False  # nothing to overlap: Miles' synchronous loop (train.py) and its standard rollout
     sr["rollout_gpus"] = engine
     sr["prompts_per_step"] = max(1, round(rl["prompts_per_step"] / engines))
     if sr.get("weight_update", {}).get("mode") == "ipc":

@@ -88,7 +88,7 @@ def test_one_engines_rollout_carries_the_load_each_engine_carries_in_the_plan():
     run["rl"]["samples_per_prompt"] = 8
     run["rl"]["weight_update"] = {"mode": "ipc"}
     one = one_engine_run(run)
-    assert one["rl"]["placement"] == "disaggregated" and one["rl"]["rollout_gpus"] == 8
+    assert one["rl"]["placement"] == "disaggregated" and one["rl"]["rollout_gpus"] == 8 and not one["rl"]["async"]
     assert one["rl"]["prompts_per_step"] == 4 and one["gpus"] == 64 + 8
     assert one["rl"]["weight_update"]["mode"] == "broadcast"  # never run: the launch trains nothing
     assert one["train"]["global_batch"] == 32  # no more than the 4 x 8 samples
@@ -120,7 +120,7 @@ def test_a_sweeps_rollout_on_one_engine_is_a_miles_rollout_only_plan(tmp_path: P
     assert version["parameter"] == "stack.rollout_compute_scale"
 
     launch = build_miles_launch(plan, version["plan_path"])
-    assert launch.has("--debug-rollout-only") and launch.num_nodes == 1
+    assert launch.has("--debug-rollout-only") and launch.num_nodes == 1 and launch.entry_point == "train.py"
     # the loop: its rollout measured 1.3x the price (what export writes), calibrated as the settle line says
     case = plan.model_dump(mode="json", by_alias=True, exclude_none=True,
                            include={"kind", "hardware", "stack", "stack_options", "gpus", "model", "train", "rl"})
