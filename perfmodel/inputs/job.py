@@ -134,7 +134,7 @@ class LogProbsSpec(_Strict):
 
 
 class WeightUpdateSpec(_Strict):
-    mode: Literal["broadcast", "ipc", "disk", "p2p"] = "broadcast"
+    mode: Literal["broadcast", "ipc", "disk", "p2p", "reshard"] = "broadcast"
     bucket_mb: float = Field(256, gt=0)
 
 

@@ -142,9 +142,9 @@ def _check_rl_gpus(run: RunSpec, m: ModelSpec, source: str) -> None:
                         f"({rl.actor_gpus} + {rl.rollout_gpus}) must equal gpus ({run.gpus})")
         if rl.weight_update.mode == "ipc":
             raise _fail(source, "rl.weight_update.mode", "ipc needs colocated placement; use broadcast, p2p or disk")
-    if rl.placement == "colocated" and rl.weight_update.mode == "p2p":
-        raise _fail(source, "rl.weight_update.mode", "p2p (RDMA writes to other GPUs) needs disaggregated placement; "
-                    "use ipc")
+    if rl.placement == "colocated" and rl.weight_update.mode in ("p2p", "reshard"):
+        raise _fail(source, "rl.weight_update.mode", f"{rl.weight_update.mode} (writes to other GPUs) needs "
+                    "disaggregated placement; use ipc")
     ro = rl.rollout
     if rl.rollout_gpus % ro.engine_gpus:
         raise _fail(source, "rl.rollout.engine_gpus", f"rollout_gpus ({rl.rollout_gpus}) must be a multiple of "

@@ -43,8 +43,8 @@ class Candidate:
             place = "coloc" if rl["placement"] == "colocated" else f"disagg{rl['actor_gpus']}+{rl['rollout_gpus']}"
             if rl.get("async"):
                 place += "-async"
-            if rl["weight_update"]["mode"] == "p2p":
-                place += "-p2p"
+            if rl["weight_update"]["mode"] in ("p2p", "reshard"):
+                place += f"-{rl['weight_update']['mode']}"
             parts.append(place)
             parts.append(f"eng{ro['engine_gpus']}-tp{ro['tp']}-ep{ro['ep']}"
                          + ("-dpa" if ro.get("dp_attention") else ""))

@@ -46,8 +46,8 @@ class SweepSpace(BaseModel):
     # share of the nodes that roll out (disaggregated)
     rollout_fraction: tuple[Annotated[float, Field(gt=0.0, lt=1.0)], ...] = (0.25, 0.5, 0.75)
     # how disaggregated plans move the weights (colocated ones: CUDA/HIP IPC): Miles broadcasts by default; add p2p
-    # to price its RDMA P2P transfer (--update-weight-transfer-mode p2p) beside it
-    weight_update_disaggregated: tuple[Literal["broadcast", "p2p"], ...] = ("broadcast",)
+    # to price its RDMA P2P transfer (--update-weight-transfer-mode p2p) beside it, reshard for NeMo-RL's nccl_reshard
+    weight_update_disaggregated: tuple[Literal["broadcast", "p2p", "reshard"], ...] = ("broadcast",)
     engine_gpus: tuple[Degree, ...] = (4, 8, 16)
     engine_ep: tuple[Literal["none", "full"], ...] = ("none", "full")  # SGLang ep 1 or = engine size
     dp_attention: tuple[bool, ...] = (False,)

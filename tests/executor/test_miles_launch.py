@@ -470,3 +470,12 @@ def test_a_rollout_alone_runs_on_the_engines_gpus_with_no_trainer(seed):
     with pytest.raises(InputError) as e:
         launch_of(co)
     assert e.value.field == "executor.options.debug_rollout_only" and "disaggregated" in e.value.message
+
+
+def test_weight_transfer_modes_map_to_miles_or_are_refused(seed):
+    seed["rl"]["weight_update"] = {"mode": "p2p", "bucket_mb": 1024}
+    assert launch_of(seed).values("--update-weight-transfer-mode") == ["p2p"]
+    seed["rl"]["weight_update"]["mode"] = "reshard"
+    with pytest.raises(InputError) as e:
+        launch_of(seed)
+    assert e.value.field == "rl.weight_update.mode" and "NeMo-RL" in e.value.message

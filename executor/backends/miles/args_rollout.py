@@ -46,8 +46,11 @@ def weight_update_args(rl: RLSpec, opts: MilesOptions, src: str) -> ArgGroup:
                            "from tensors (CUDA IPC)")
     else:
         g.args += ["--rollout-num-gpus", str(rl.rollout_gpus)]
-        if rl.weight_update.mode == "broadcast":
-            g.args += ["--update-weight-transfer-mode", "broadcast"]
+        if rl.weight_update.mode in ("broadcast", "p2p"):  # p2p: RDMA writes (docs/advanced/p2p-weight-transfer.md)
+            g.args += ["--update-weight-transfer-mode", rl.weight_update.mode]
+        elif rl.weight_update.mode == "reshard":
+            raise fail(src, "rl.weight_update.mode", "reshard is NeMo-RL's nccl_reshard; Miles transfers by "
+                       "broadcast, p2p or disk")
         elif rl.weight_update.mode == "disk":
             if not (opts.update_weight_disk_dir and opts.update_weight_local_checkpoint_dir):
                 raise fail(src, "executor.options.update_weight_disk_dir", "weight_update.mode disk (Miles "

@@ -18,6 +18,9 @@ The Miles sequence (docs/reference/dsv4-flash-and-miles.md section 2.6) and how 
    - broadcast (NCCL/RCCL): the whole (quantized) model from the stage leaders to every rollout GPU over the
      scale-out NIC (or the scale-up fabric when trainer and engines share one domain), stage after stage; none of
      the IPC path's bucket costs (checked on Miles' and NeMo-RL's H100 figures, studies/validation/weight-update);
+   - reshard (NeMo-RL `nccl_reshard`): every training rank sends its own shard, once per engine, to the engine
+     ranks holding that slice; the busier of a receiver and a sender sets the link; a fixed cost and a per-tensor
+     cost from NeMo-RL's own H100 table (`RESHARD_RUNS`); no gather;
    - p2p (RDMA writes: Miles P2P, NIXL): each engine rank's own shard from one source rank; every source converts
      every HF tensor (`P2P_TENSOR_S`, below), the writes of one buffer hidden under the loading of the next;
    - disk: write the checkpoint, every engine reads it (documented disk bandwidths, no buckets).
@@ -54,7 +57,7 @@ them one after another). The per-bucket cost and pipeline rate are Miles' GB300 
 no other framework's bucket timings are published here (an assumption the note on issue 13 states).
 
 Not modelled: the LoRA adapter path,
-delta updates, NeMo-RL's shard-to-shard `nccl_reshard`, NCCL group setup on the first update (cold updates are
+delta updates, NCCL group setup on the first update (cold updates are
 ~10% slower than steady ones).
 
 Shared pieces: collectives from `perfmodel.cost.comm` (Megatron group placement), the trainer's GPU bytes from
@@ -183,6 +186,27 @@ def _p2p_tensor_s(runs: tuple[tuple[str, int, float, str], ...] = P2P_RUNS) -> f
 
 P2P_TENSOR_S = _p2p_tensor_s()
 
+# NeMo-RL `nccl_reshard` (docs/design-docs/nccl-reshard-refit.md, H100 table, BF16): every training rank sends its
+# own shard to the engine ranks that hold that slice (no gather, no full tensor anywhere). Rows that set the
+# per-tensor and fixed costs: (model, HF tensors, measured s (the middle of the published range), the link time of
+# its bytes on its H100s: max(received per engine GPU, sent per training GPU) / (50 GB/s x 0.8)).
+RESHARD_RUNS: tuple[tuple[str, int, float, float], ...] = (
+    ("Qwen3-4B DP8 -> TP8", hf_tensors(36, 36, 0), 0.275, 8.04e9 / 8 / 40e9),  # '0.21-0.34s'
+    ("Qwen3-30B-A3B EP8xPP2 -> TP8xDP2", hf_tensors(48, 0, 128), 0.87, 61.1e9 / 8 / 40e9),  # '0.74-1.00s'
+)
+"""Two equations, T - link = fixed + tensors x per-tensor: 23 us per HF tensor (the sources' naming and slicing)
+and 0.24 s fixed (everything fixed its timer holds). Its other rows are validation cases
+(studies/validation/weight-update: FP8 Qwen3-30B-A3B, DeepSeek-V3 on H100 and GB200), not inputs."""
+
+
+def _reshard_fit(runs: tuple[tuple[str, int, float, float], ...] = RESHARD_RUNS) -> tuple[float, float]:
+    (_, n1, t1, l1), (_, n2, t2, l2) = runs[:2]
+    per_tensor = ((t2 - l2) - (t1 - l1)) / (n2 - n1)
+    return (t1 - l1) - n1 * per_tensor, per_tensor
+
+
+RESHARD_FIXED_S, RESHARD_TENSOR_S = _reshard_fit()
+
 
 @dataclass(frozen=True, slots=True)
 class WeightUpdateParams:
@@ -202,7 +226,7 @@ class WeightUpdateParams:
 
 @dataclass(frozen=True, slots=True)
 class WeightUpdateResult:
-    mode: str  # broadcast | p2p | ipc | disk
+    mode: str  # broadcast | p2p | reshard | ipc | disk
     placement: str
     total_s: float  # what Miles times as the update (colocated: trainer sleep + update + engine wake)
     parts: dict[str, float]  # seconds by part, in order; sums to total_s
@@ -298,6 +322,10 @@ def _link_s(scn: Scenario, wp: WeightUpdateParams, xfer: float, pp_g: GroupPlace
         # every rollout GPU receives the whole model, one stage after another: Miles serializes the stages'
         # broadcasts with a Ray lock (docs/rl-phases.md, section 2), NeMo-RL broadcasts from training rank 0
         return broadcast_s(hw, xfer, g), _broadcast_busbw(hw, g)
+    if rl.weight_update.mode == "reshard":  # each engine GPU its slice; each training GPU its shard, once per engine
+        engine = rl.rollout.engine_gpus
+        recv, send = xfer / engine, xfer * (rl.rollout_gpus // engine) / rl.actor_gpus
+        return send_recv_s(hw, max(recv, send), same_domain=False), hw.nic_bytes_per_s
     if rl.weight_update.mode == "p2p":
         # each engine rank receives only its own shard (as it holds it), from one source rank; a source serves
         # ceil(rollout GPUs / training GPUs) of them (Miles rollout_engine_rank_assignment.py)
@@ -353,13 +381,13 @@ def _transfer(scn: Scenario, wp: WeightUpdateParams, p: _Params, parts: dict[str
     pipe_rate = wp.pipeline_bytes_per_s
     if wp.scale_pipeline_by_link:
         pipe_rate *= link_bw / GB300_REFERENCE_LINK_BYTES_PER_S
-    network = mode in ("broadcast", "p2p")
+    network = mode in ("broadcast", "p2p", "reshard")
     parts["pipeline_s"] = 0.0 if network else 2.0 * p.total / pipe_rate  # the BF16 tensors as bucketed
     bucket_fixed = 0.0 if network else n_buckets * wp.per_bucket_s
     # pipelined buckets (NeMo-RL's refit stream): a bucket's fixed cost hides under the next one's packing
     parts["bucket_fixed_s"] = (max(0.0, bucket_fixed - parts["pipeline_s"]) if scn.stack.weight_update_pipelined
                                else bucket_fixed)
-    parts["convert_s"] = p.tensors * wp.p2p_tensor_s if mode == "p2p" else 0.0
+    parts["convert_s"] = p.tensors * {"p2p": wp.p2p_tensor_s, "reshard": RESHARD_TENSOR_S}.get(mode, 0.0)
     parts["tensors_s"] = p.tensors * scn.stack.weight_update_tensor_s
     loading = parts["gather_s"] + parts["quantize_s"] + parts["convert_s"]
     parts["link_s"] = max(0.0, link - loading) if mode == "p2p" else link  # p2p: what the loading does not hide
@@ -371,6 +399,9 @@ def _notes(mode: str, wp: WeightUpdateParams) -> list[str]:
         return [f"{wp.p2p_tensor_s * 1e6:.0f} us per HF tensor converted, from Miles' H100 P2P runs"]
     if mode == "broadcast":
         return ["the whole model over one sender's link, stage after stage"]
+    if mode == "reshard":
+        return [f"shard to shard: {RESHARD_TENSOR_S * 1e6:.0f} us per HF tensor and {RESHARD_FIXED_S:.2f} s fixed, "
+                "from NeMo-RL's H100 nccl_reshard table"]
     return [f"per-bucket {wp.per_bucket_s * 1e3:.1f} ms and pipeline {wp.pipeline_bytes_per_s / 1e9:.1f} GB/s "
             "from the GB300 256 / 64 MiB measurements"
             + (" (pipeline scaled by the link)" if wp.scale_pipeline_by_link else "")]
@@ -414,7 +445,8 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None,
         parts["engine_wake_weights_s"] = wp.engine_wake_s / 2
         after["engine_sleep_s"] = wp.engine_sleep_s
         after["trainer_onload_s"] = host_copy_s(hw, offload_bytes)
-    parts["pause_flush_s"] = wp.pause_flush_s
+    reshard = mode == "reshard"  # its published timer holds one fixed cost (RESHARD_FIXED_S) for every fixed call
+    parts["pause_flush_s"] = RESHARD_FIXED_S if reshard else wp.pause_flush_s
 
     # Gather out of the shards in the trainer's dtype (Megatron BF16; an FSDP state dict FP32): dense tensors over
     # TP, routed experts over EP, the largest stage sets it.
@@ -424,10 +456,10 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None,
                  for d, e in zip(p.stage_dense, p.stage_expert))
     if every_gpu_gets_all:  # and every GPU receives the other stages' tensors (PP broadcast)
         gather += broadcast_s(hw, gb * p.total * (1.0 - 1.0 / lay.pp), pp_g)
-    parts["gather_s"] = gather
+    parts["gather_s"] = 0.0 if reshard else gather  # a reshard sends shards as they are
 
     if fp8:  # read BF16, write FP8 + one FP32 scale per block; all of it on every GPU when colocated
-        quant_params = p.quantizable if every_gpu_gets_all else p.quantizable / lay.pp
+        quant_params = p.quantizable if every_gpu_gets_all else p.quantizable / (rl.actor_gpus if reshard else lay.pp)
         parts["quantize_s"] = quant_params * (2.0 + wq) / hbm_rate(hw)
     else:
         parts["quantize_s"] = 0.0
@@ -435,8 +467,8 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None,
     pipe_rate = _transfer(scn, wp, p, parts, xfer, n_buckets, pp_g, memo)
 
     rollout_weights = memoized_rollout_memory(scn, memo).weights_bytes
-    parts["post_process_s"] = wp.post_process_fixed_s + 2.0 * rollout_weights / hbm_rate(hw)
-    parts["resume_s"] = wp.resume_s + (wp.engine_wake_s / 2 if colocated else 0.0)
+    parts["post_process_s"] = (0.0 if reshard else wp.post_process_fixed_s) + 2.0 * rollout_weights / hbm_rate(hw)
+    parts["resume_s"] = 0.0 if reshard else wp.resume_s + (wp.engine_wake_s / 2 if colocated else 0.0)
 
     scale = scn.stack.weight_update_time_scale  # the stack's named multiplier (1.0 unless calibrated)
     parts = {k: v * scale for k, v in parts.items()}

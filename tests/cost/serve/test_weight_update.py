@@ -16,6 +16,9 @@ from perfmodel.cost.serve.weight_update import (
     PER_BUCKET_S,
     PIPELINE_BYTES_PER_S,
     POST_PROCESS_FIXED_S,
+    RESHARD_FIXED_S,
+    RESHARD_RUNS,
+    RESHARD_TENSOR_S,
     RESUME_S,
     WeightUpdateParams,
     _params,
@@ -163,12 +166,43 @@ def test_p2p_converts_every_tensor_and_hides_the_writes_under_it():
     assert bc.parts["convert_s"] == 0 and bc.total_s > 2 * r.total_s
 
 
-def test_p2p_needs_disaggregated_placement():
+@pytest.mark.parametrize("mode", ["p2p", "reshard"])
+def test_writes_to_other_gpus_need_disaggregated_placement(mode):
     d = _base()
-    d["rl"]["weight_update"]["mode"] = "p2p"
+    d["rl"]["weight_update"]["mode"] = mode
     with pytest.raises(InputError) as err:
         _scn(d)
     assert err.value.field == "rl.weight_update.mode" and "disaggregated" in str(err.value)
+
+
+def test_reshard_costs_come_from_two_rows_of_nemo_rls_table():
+    (_, n4, t4, l4), (_, n30, t30, l30) = RESHARD_RUNS
+    assert (n4, n30) == (hf_tensors(36, 36, 0), hf_tensors(48, 0, 128))  # Qwen3-4B dense, Qwen3-30B-A3B
+    assert RESHARD_FIXED_S + n4 * RESHARD_TENSOR_S + l4 == pytest.approx(t4)
+    assert RESHARD_FIXED_S + n30 * RESHARD_TENSOR_S + l30 == pytest.approx(t30)
+    assert 15e-6 < RESHARD_TENSOR_S < 35e-6 and 0.1 < RESHARD_FIXED_S < 0.4
+
+
+def test_reshard_sends_shards_as_they_are_and_the_busier_side_sets_the_link():
+    """DeepSeek-V3 PP16 x EP16 -> 8 engines of TP32: no gather, no bucket; each engine GPU receives 1/32 of the
+    model and each of the 256 training GPUs sends 8 / 256 of it; one fixed cost for the timer's calls."""
+    scn = build_scenario(load_case(WU_CASES / "nemorl-h100-deepseek-v3-wu-reshard.yaml"))
+    r = weight_update_time(scn)
+    p = _params(scn)
+    xfer = r.transferred_bytes
+    assert r.parts["gather_s"] == 0 and r.parts["pipeline_s"] == r.parts["bucket_fixed_s"] == 0
+    assert r.parts["convert_s"] == pytest.approx(p.tensors * RESHARD_TENSOR_S)
+    assert r.parts["pause_flush_s"] == RESHARD_FIXED_S and r.parts["resume_s"] == 0
+    assert r.parts["link_s"] == pytest.approx(send_recv_s(scn.hardware, max(xfer / 32, xfer * 8 / 256), False))
+    fewer = dict(load_case(WU_CASES / "nemorl-h100-deepseek-v3-wu-reshard.yaml").model_dump(mode="json",
+                                                                                              by_alias=True))
+    fewer["rl"]["rollout_gpus"], fewer["gpus"] = 64, 320  # 2 engines: the senders send a quarter as much
+    from perfmodel.inputs.case import ValidationCase
+    from perfmodel.inputs.loading import parse
+
+    r2 = weight_update_time(build_scenario(parse(ValidationCase, fewer, "test")))
+    assert r2.parts["link_s"] == pytest.approx(send_recv_s(scn.hardware, xfer / 32, False))  # the receivers' now
+    assert r2.parts["link_s"] < r.parts["link_s"] + 1e-12
 
 
 def test_the_stacks_multiplier_scales_every_part_and_nothing_after_the_rollout():
