@@ -475,26 +475,26 @@ def repriced(scn: Scenario, cal: Calibration | None, thetas: np.ndarray, metric:
 
 def prediction_band(scn: Scenario, cal: Calibration | None, memo: Memo | None = None) -> dict[str, tuple[float, ...]]:
     """P10, P50, P90 of each metric from its sensitivities: the parameters' covariance seen through them, and the
-    spread runs keep about what the parameters explain (calibrated: at least a run's own, `priors.PLAN_SIGMA_LOG`)."""
+    spread runs keep about what the parameters explain (calibrated: at least a run's own, `priors.PLAN_SIGMA_LOG`,
+    but never wider than the zero-shot band: a calibration does not make a figure less certain than the prior)."""
     sens = sensitivities(scn, cal, memo)
-    cov = np.array(sens.cov, dtype=float).reshape(len(sens.names), len(sens.names))
     own = sens.residual_sigma_log if cal is None else max(sens.residual_sigma_log, PLAN_SIGMA_LOG[scn.run.kind])
+    sds = _band_sds(sens, own)
+    if cal is not None:
+        prior = _band_sds(sensitivities(scn, None, memo), RUN_SIGMA_LOG)
+        sds = {m: min(sd, prior.get(m, sd)) for m, sd in sds.items()}
+    return {m: (sens.base[m] * math.exp(-Z90 * sd), sens.base[m], sens.base[m] * math.exp(Z90 * sd))
+            for m, sd in sds.items()}
+
+
+def _band_sds(sens: Sensitivity, own: float) -> dict[str, float]:
+    """Each metric's ln spread: its own `own` and the parameters' covariance seen through its sensitivities."""
+    cov = np.array(sens.cov, dtype=float).reshape(len(sens.names), len(sens.names))
     out = {}
     for m, v in sens.base.items():
         if not v or not isinstance(v, (int, float)) or v <= 0:
             continue
         g = np.array([gr[m] for gr in sens.grads])
-        sd = math.sqrt(own ** 2 + float(g @ cov @ g))
-        out[m] = (v * math.exp(-Z90 * sd), v, v * math.exp(Z90 * sd))
+        out[m] = math.sqrt(own ** 2 + float(g @ cov @ g))
     return out
 
-
-def band_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """How P10-P90 bands did on measured figures (rows with `measured`, `p10`, `p90`): `coverage`, the share inside
-    (a true 80% band covers 80%), and `median_width`, the median P90/P10 (how useful a band that covers is)."""
-    banded = [r for r in rows if r.get("p10") is not None and r.get("p90") is not None and r["p10"] > 0]
-    if not banded:
-        return {"banded": 0, "coverage": None, "median_width": None}
-    inside = sum(r["p10"] <= r["measured"] <= r["p90"] for r in banded)
-    return {"banded": len(banded), "coverage": inside / len(banded),
-            "median_width": float(np.median([r["p90"] / r["p10"] for r in banded]))}

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from perfmodel.calibration import Calibration, band_stats, load_calibration, prediction_band
+import numpy as np
+
+from perfmodel.calibration import Calibration, load_calibration, prediction_band
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import ValidationCase, case_paths, load_case
 from perfmodel.inputs.scenario import build_scenario
@@ -132,3 +135,14 @@ def default_cases_dir() -> Path | None:
     """The public cases shipped with the repo (studies/validation), if present."""
     p = Path(__file__).resolve().parent.parent / "studies" / "validation" / "cases"
     return p if p.is_dir() else None
+
+
+def band_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How P10-P90 bands did on measured figures (rows with `measured`, `p10`, `p90`): `coverage`, the share inside
+    (a true 80% band covers 80%), and `median_width`, the median P90/P10 (how useful a band that covers is)."""
+    banded = [r for r in rows if r.get("p10") is not None and r.get("p90") is not None and r["p10"] > 0]
+    if not banded:
+        return {"banded": 0, "coverage": None, "median_width": None}
+    inside = sum(r["p10"] <= r["measured"] <= r["p90"] for r in banded)
+    return {"banded": len(banded), "coverage": inside / len(banded),
+            "median_width": float(np.median([r["p90"] / r["p10"] for r in banded]))}

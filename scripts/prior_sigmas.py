@@ -22,7 +22,7 @@ from scipy.optimize import minimize
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from perfmodel.calibration import Z90, band_stats, sensitivities  # noqa: E402
+from perfmodel.calibration import Z90, sensitivities  # noqa: E402
 from perfmodel.errors import InputError  # noqa: E402
 from perfmodel.inputs.case import case_paths, load_case  # noqa: E402
 from perfmodel.inputs.overlay import RUN_SIGMA_LOG  # noqa: E402
@@ -30,6 +30,7 @@ from perfmodel.inputs.scenario import build_scenario  # noqa: E402
 from perfmodel.invariants import PhysicsError  # noqa: E402
 from perfmodel.memo import Memo  # noqa: E402
 from perfmodel.priors import COMPONENTS, SIGMAS_FILE  # noqa: E402
+from perfmodel.validation import band_stats  # noqa: E402
 from scripts.snapshot_predictions import case_folders  # noqa: E402
 
 Figure = tuple[str, str, float, float, np.ndarray, str]

@@ -135,7 +135,7 @@ def test_calibrate_command_overlay_provenance_and_round_trip(tmp_path, capsys):
 
 
 def test_band_stats_count_what_falls_inside_and_how_wide_the_bands_are() -> None:
-    from perfmodel.calibration import band_stats
+    from perfmodel.validation import band_stats
 
     rows = [{"measured": 10.0, "p10": 8.0, "p90": 12.0}, {"measured": 20.0, "p10": 10.0, "p90": 15.0},
             {"measured": 5.0, "p10": 4.0, "p90": 16.0}, {"measured": 1.0, "p10": None, "p90": None}]
