@@ -80,4 +80,3 @@ def write_sweep_folder(out_dir: Path, spec: SweepSpec, spec_path: str, outcome: 
     outcome.rows.write_csv(out_dir / "candidates.csv")
     write_summary(spec, outcome, top_summary, out_dir / "summary.json", extra)
     return top_rows, files + [out_dir / "candidates.csv", out_dir / "summary.json"], said
-

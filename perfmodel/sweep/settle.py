@@ -1,20 +1,23 @@
 """The settling measurement: the short run to make before choosing among a sweep's top plans (issue 24).
 
-Candidates: each compared plan launched for SETTLE_STEPS steps, and the compared plans' smallest version (their
-fewest data-parallel replicas, perfmodel.sweep.small_scale.py) launched as long. A launch's measured phases fix the
-parameters the plans share (`perfmodel calibrate` on the run's record); a plan's own launch also measures its own
-error, up to the run-to-run scatter RUN_SIGMA_LOG, which a smaller version does not (the other plans' own errors stay
-unknown either way). In each of the odds' draws (perfmodel/sweep/odds.py), the plan chosen after the measurement is
-the one best priced with what it revealed; a candidate's `p_best_after` is the share of draws in which that choice
-is the truly best plan (the chance that the leader after the measurement is the best: the expected value of the
-information, as a probability), against the leader's p_best now. Every smaller version reveals the same (the shared
-parameters), so only the cheapest is a candidate. The measurement named: the highest p_best_after, the cheapest in
-GPU-seconds of those within SETTLE_TOLERANCE of it.
+Candidates: each compared plan launched for SETTLE_STEPS steps, and two smaller launches
+(perfmodel/sweep/small_scale.py): the compared plans' cheapest version at their fewest data-parallel replicas, and
+the cheapest rollout on one of their engines. A plan's launch measures the parameters the plans share (`perfmodel
+calibrate` on the run's record) and its own error, up to the run-to-run scatter RUN_SIGMA_LOG; a smaller version
+measures the shared parameters only; one engine's rollout the engine's multiplier only (the other plans' own errors
+stay unknown either way). In each of the odds' draws (perfmodel/sweep/odds.py), the plan chosen after the
+measurement is the one best priced with what it revealed; a candidate's `p_best_after` is the share of draws in
+which that choice is the truly best plan (the chance that the leader after the measurement is the best: the
+expected value of the information, as a probability), against the leader's p_best now. Every smaller launch of a
+kind reveals the same, so only the cheapest of each kind is a candidate. The measurement named: the highest
+p_best_after, the cheapest in GPU-seconds of those within SETTLE_TOLERANCE of it; `cheaper`: the best smaller
+launch when it costs less and still gains.
 
-Simplifications, said in summary.json: the shared parameters count as measured exactly (a few steps' phases pin
-them far tighter than the plans' own errors spread), also at small scale, where what only the full plan has (gradient
-traffic across more nodes, a weight update to more engines) is not measured; a weight update between two nodes, one
-engine's rollout or a kernel lane alone are not candidates yet.
+Simplifications, said in summary.json: what a launch measures counts as measured exactly (a few steps' phases pin
+the parameters far tighter than the plans' own errors spread), also at small scale, where what only the full plan
+has (gradient traffic across more nodes, a weight update to more engines) is not measured; one parameter's
+revelation is read through each plan's first-order response to it; a weight update between two nodes or a kernel
+lane alone are not candidates yet.
 """
 
 from __future__ import annotations
@@ -39,13 +42,13 @@ def p_best_after(values: np.ndarray, shared: np.ndarray, drawn: np.ndarray, plan
     (NaN where a plan cannot be priced); `drawn`: the objective drawn, own errors included (rank_odds);
     `plan_sigma_log`: the plans' own spread, one for all or one per plan (0 for a plan already measured);
     `measured` None: a run that measures the shared parameters only (a smaller version of the plans)."""
-    sign = np.where(values >= 0, 1.0, -1.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        own = sign * np.log(drawn / values) - shared  # each draw's own ln error of each plan
     estimate = shared.copy()
     if measured is not None:
+        sign = 1.0 if values[measured] >= 0 else -1.0
+        with np.errstate(invalid="ignore", divide="ignore"):  # each draw's own ln error of the measured plan
+            own = sign * np.log(drawn[:, measured] / values[measured]) - shared[:, measured]
         rng = np.random.default_rng(seed)
-        seen = own[:, measured] + rng.normal(0.0, RUN_SIGMA_LOG, len(own))  # the launch's step, with its run noise
+        seen = own + rng.normal(0.0, RUN_SIGMA_LOG, len(own))  # the launch's step, with its run noise
         sigma = float(np.broadcast_to(plan_sigma_log, values.shape)[measured])
         shrink = sigma ** 2 / (sigma ** 2 + RUN_SIGMA_LOG ** 2)  # posterior mean of the own error
         estimate[:, measured] += shrink * seen

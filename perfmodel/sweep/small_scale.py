@@ -21,15 +21,23 @@ from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.memo import Memo
 
 
+def _model_parallel(run: dict[str, Any]) -> int:
+    lay = run["train"]["layout"]
+    return lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1)
+
+
+def replicas(run: dict[str, Any]) -> int:
+    """A run's data-parallel replicas: its training GPUs over its model-parallel size."""
+    return (run.get("rl") or {}).get("actor_gpus", run["gpus"]) // _model_parallel(run)
+
+
 def replica_runs(run: dict[str, Any]) -> list[dict[str, Any]]:
     """The plan's run with d of its dp replicas, for each d dividing dp (fewest first) that keeps the batch whole;
     none when dp is 1. Which of them the model can price (an expert layout needs enough ranks; a sharded optimizer
     more memory per GPU on fewer replicas) is the caller's to try."""
     t = run["train"]
     lay, rl = t["layout"], run.get("rl")
-    mp = lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1)
-    train_gpus = rl["actor_gpus"] if rl else run["gpus"]
-    dp = train_gpus // mp
+    mp, dp = _model_parallel(run), replicas(run)
     out = []
     for d in range(1, dp):
         if dp % d or (t["global_batch"] * d) % dp or (rl and (rl["prompts_per_step"] * d) % dp):
@@ -51,11 +59,16 @@ def replica_runs(run: dict[str, Any]) -> list[dict[str, Any]]:
                     continue
                 sr["rollout_gpus"] = small["gpus"] = mp * d
             else:
-                engines = max(1, round(rl["rollout_gpus"] // engine * d / dp))
-                sr["rollout_gpus"] = engines * engine
-                small["gpus"] = mp * d + engines * engine
+                kept = max(1, round(engines(rl) * d / dp))
+                sr["rollout_gpus"] = kept * engine
+                small["gpus"] = mp * d + kept * engine
         out.append(small)
     return out
+
+
+def engines(rl: dict[str, Any]) -> int:
+    """A run's rollout engines (at least one)."""
+    return max(1, rl["rollout_gpus"] // rl["rollout"]["engine_gpus"])
 
 
 def one_engine_run(run: dict[str, Any]) -> dict[str, Any] | None:
@@ -66,13 +79,12 @@ def one_engine_run(run: dict[str, Any]) -> dict[str, Any] | None:
     if not rl:
         return None
     engine = rl["rollout"]["engine_gpus"]
-    engines = max(1, rl["rollout_gpus"] // engine)
     small = copy.deepcopy(run)
     sr = small["rl"]
     sr["placement"] = "disaggregated"
     sr["async"] = False  # nothing to overlap: Miles' synchronous loop (train.py) and its standard rollout
     sr["rollout_gpus"] = engine
-    sr["prompts_per_step"] = max(1, round(rl["prompts_per_step"] / engines))
+    sr["prompts_per_step"] = max(1, round(rl["prompts_per_step"] / engines(rl)))
     if sr.get("weight_update", {}).get("mode") == "ipc":
         sr["weight_update"]["mode"] = "broadcast"
     samples = sr["prompts_per_step"] * rl["samples_per_prompt"]
@@ -122,12 +134,10 @@ def smallest_version(rows: list[dict[str, Any]], by_index: dict[int, Any], hw: H
     if best is None:
         return None
     _, row, full, small, priced = best
-    lay = small["train"]["layout"]
-    mp = lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1)
-    replicas, of = ((r.get("rl") or {}).get("actor_gpus", r["gpus"]) // mp for r in (small, full))
-    path = _write_settle_plan(priced | {"rank": row["rank"]}, small, f"{row['label']} at {replicas} of its replicas",
+    d = replicas(small)
+    path = _write_settle_plan(priced | {"rank": row["rank"]}, small, f"{row['label']} at {d} of its replicas",
                               plans_dir, cal, spec_name, executor)
-    return {"rank": row["rank"], "label": row["label"], "replicas": replicas, "of": of, "gpus": small["gpus"],
+    return {"rank": row["rank"], "label": row["label"], "replicas": d, "of": replicas(full), "gpus": small["gpus"],
             "step_time_s": priced["step_time_s"], "plan_path": path}
 
 
@@ -153,9 +163,9 @@ def one_engine_version(rows: list[dict[str, Any]], by_index: dict[int, Any], hw:
     if best is None:
         return None
     _, row, full, one, priced = best
-    engines = max(1, full["rl"]["rollout_gpus"] // full["rl"]["rollout"]["engine_gpus"])
     options = dict((executor or {}).get("options") or {}) | {"debug_rollout_only": True}
     path = _write_settle_plan(priced | {"rank": row["rank"]}, one, f"{row['label']} rollout on one engine",
                               plans_dir, cal, spec_name, {"backend": "miles", "options": options})
-    return {"rank": row["rank"], "label": row["label"], "engines": engines, "gpus": one["rl"]["rollout_gpus"],
-            "step_time_s": priced["rollout_time_s"], "plan_path": path, "parameter": ROLLOUT}
+    return {"rank": row["rank"], "label": row["label"], "engines": engines(full["rl"]),
+            "gpus": one["rl"]["rollout_gpus"], "step_time_s": priced["rollout_time_s"], "plan_path": path,
+            "parameter": ROLLOUT}

@@ -359,11 +359,14 @@ FIXED_CALLS_S = PAUSE_FLUSH_S + POST_PROCESS_FIXED_S + RESUME_S
 
 def weight_update_params_for(scn: Scenario) -> WeightUpdateParams:
     """The fixed costs a scenario's stack states: its fixed calls (`weight_update_fixed_s`, split over pause + flush,
-    post-process and resume in the ratio of the assumptions above), and no sleep / wake without a memory saver."""
+    post-process and resume in the ratio of the assumptions above; a reshard's published timer holds one fixed cost,
+    RESHARD_FIXED_S, for all of them), and no sleep / wake without a memory saver."""
     st = scn.stack
     f = st.weight_update_fixed_s / FIXED_CALLS_S
     wp = WeightUpdateParams(pause_flush_s=PAUSE_FLUSH_S * f, post_process_fixed_s=POST_PROCESS_FIXED_S * f,
                             resume_s=RESUME_S * f)
+    if scn.run.rl is not None and scn.run.rl.weight_update.mode == "reshard":
+        wp = dataclasses.replace(wp, pause_flush_s=RESHARD_FIXED_S, post_process_fixed_s=0.0, resume_s=0.0)
     if not st.memory_saver:
         wp = dataclasses.replace(wp, trainer_sleep_fixed_s=0.0, engine_wake_s=0.0, engine_sleep_s=0.0)
     return wp
@@ -445,8 +448,8 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None,
         parts["engine_wake_weights_s"] = wp.engine_wake_s / 2
         after["engine_sleep_s"] = wp.engine_sleep_s
         after["trainer_onload_s"] = host_copy_s(hw, offload_bytes)
-    reshard = mode == "reshard"  # its published timer holds one fixed cost (RESHARD_FIXED_S) for every fixed call
-    parts["pause_flush_s"] = RESHARD_FIXED_S if reshard else wp.pause_flush_s
+    reshard = mode == "reshard"
+    parts["pause_flush_s"] = wp.pause_flush_s
 
     # Gather out of the shards in the trainer's dtype (Megatron BF16; an FSDP state dict FP32): dense tensors over
     # TP, routed experts over EP, the largest stage sets it.
@@ -467,8 +470,8 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None,
     pipe_rate = _transfer(scn, wp, p, parts, xfer, n_buckets, pp_g, memo)
 
     rollout_weights = memoized_rollout_memory(scn, memo).weights_bytes
-    parts["post_process_s"] = (0.0 if reshard else wp.post_process_fixed_s) + 2.0 * rollout_weights / hbm_rate(hw)
-    parts["resume_s"] = 0.0 if reshard else wp.resume_s + (wp.engine_wake_s / 2 if colocated else 0.0)
+    parts["post_process_s"] = wp.post_process_fixed_s + 2.0 * rollout_weights / hbm_rate(hw)
+    parts["resume_s"] = wp.resume_s + (wp.engine_wake_s / 2 if colocated else 0.0)
 
     scale = scn.stack.weight_update_time_scale  # the stack's named multiplier (1.0 unless calibrated)
     parts = {k: v * scale for k, v in parts.items()}
