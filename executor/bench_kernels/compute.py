@@ -1,9 +1,12 @@
 """The single-device kernels: GEMMs (bf16; fp8 through torch._scaled_mm where the GPU has it), causal attention
-prefill and decode (scaled_dot_product_attention), and one MoE layer's expert GEMMs as the torch fallback's loop
-over experts. Each case allocates its tensors only when measured, so a big grid never holds them all."""
+prefill and decode (scaled_dot_product_attention), and one MoE layer's expert GEMMs: on a GPU whose torch has a
+grouped GEMM (torch._grouped_mm, Hopper and later) that one kernel per projection, as megatron's grouped experts
+run; elsewhere the loop over experts that megatron's SequentialMLP runs. Each case allocates its tensors only when
+measured, so a big grid never holds them all."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +23,24 @@ class Case:
     shape: dict[str, int]
     dtype: str
     setup: Callable[[], Call]  # allocates the inputs, returns the call to time
+    backend: str = "torch"  # the table's backend column: what ran it
+    input_bytes: int = 0  # what one call reads: its inputs and weights
+
+
+ROTATE_BYTES = 512 * 1024 * 1024  # several times a GPU's last-level cache (H200 60 MB L2, MI300X 256 MB Infinity Cache)
+MAX_COPIES = 32
+
+
+def rotating(case: Case, device: str) -> Call:
+    """The call to time. On a GPU, successive calls read different copies of the inputs (up to ROTATE_BYTES in all):
+    a kernel whose weights fit in the cache would otherwise be timed reading them from it, when a step's layers each
+    read their own from HBM."""
+    copies = 1 if device != "cuda" else max(1, min(MAX_COPIES, ROTATE_BYTES // max(case.input_bytes, 1)))
+    if copies == 1:
+        return case.setup()
+    calls = [case.setup() for _ in range(copies)]
+    turn = itertools.cycle(calls)
+    return lambda: next(turn)()
 
 
 def shape_of(op: str, values: tuple[int, ...]) -> dict[str, int]:
@@ -77,12 +98,13 @@ def gemm_cases(grid: Grid, device: str, fp8: Any = None) -> Iterator[Case]:
     (torch._scaled_mm's rule; the caller says which m were left out)."""
     shapes = [(m, n, k) for (n, k) in grid.gemm_nk for m in grid.gemm_m]
     for m, n, k in shapes:
-        yield Case("gemm", shape_of("gemm", (m, n, k)), "bf16", lambda m=m, n=n, k=k: _bf16_setup(m, n, k, device))
+        yield Case("gemm", shape_of("gemm", (m, n, k)), "bf16", lambda m=m, n=n, k=k: _bf16_setup(m, n, k, device),
+                   input_bytes=2 * (m + n) * k)
     if fp8 is not None:
         for m, n, k in shapes:
             if m % 16 == 0 and n % 16 == 0 and k % 16 == 0:
                 yield Case("gemm", shape_of("gemm", (m, n, k)), "fp8",
-                           lambda m=m, n=n, k=k: _fp8_setup(m, n, k, device, fp8))
+                           lambda m=m, n=n, k=k: _fp8_setup(m, n, k, device, fp8), input_bytes=(m + n) * k)
 
 
 def sdpa_has_gqa() -> bool:
@@ -116,11 +138,13 @@ def attention_cases(grid: Grid, device: str, ops: tuple[str, ...]) -> Iterator[C
     if "attention_prefill" in ops:
         for b, s, h, kv, d in grid.prefill:
             yield Case("attention_prefill", shape_of("attention_prefill", (b, s, h, kv, d)), "bf16",
-                       lambda b=b, s=s, h=h, kv=kv, d=d: _attention_setup(b, s, s, h, kv, d, device, gqa))
+                       lambda b=b, s=s, h=h, kv=kv, d=d: _attention_setup(b, s, s, h, kv, d, device, gqa),
+                       input_bytes=2 * b * d * s * (h + 2 * kv))
     if "attention_decode" in ops:
         for b, n, h, kv, d in grid.decode:
             yield Case("attention_decode", shape_of("attention_decode", (b, n, h, kv, d)), "bf16",
-                       lambda b=b, n=n, h=h, kv=kv, d=d: _attention_setup(b, 1, n, h, kv, d, device, gqa))
+                       lambda b=b, n=n, h=h, kv=kv, d=d: _attention_setup(b, 1, n, h, kv, d, device, gqa),
+                       input_bytes=2 * b * d * (h + 2 * kv * n))
 
 
 def balanced_bounds(rows: int, experts: int) -> list[int]:
@@ -132,29 +156,68 @@ def balanced_bounds(rows: int, experts: int) -> list[int]:
     return bounds
 
 
-def _moe_setup(tokens: int, hidden: int, inter: int, experts: int, topk: int, device: str) -> Call:
-    """The routed rows already sorted by expert; per expert: gate-up GEMM, SiLU-gated activation, down GEMM."""
-    import torch
-    import torch.nn.functional as F
-
+def _moe_weights(tokens: int, hidden: int, inter: int, experts: int, topk: int, device: str) -> tuple[Any, ...]:
+    """The routed rows already sorted by expert, each expert's gate-up and down weights, its rows' bounds."""
     rows = tokens * topk
     x = _randn(rows, hidden, device=device)
     w_gate_up = _randn(experts, hidden, 2 * inter, device=device)
     w_down = _randn(experts, inter, hidden, device=device)
-    out = torch.empty(rows, hidden, device=device, dtype=torch.bfloat16)
-    bounds = balanced_bounds(rows, experts)
+    return x, w_gate_up, w_down, balanced_bounds(rows, experts)
+
+
+def _moe_setup(tokens: int, hidden: int, inter: int, experts: int, topk: int, device: str) -> Call:
+    """Per expert: gate-up GEMM, SiLU-gated activation, down GEMM (megatron's SequentialMLP)."""
+    import torch
+    import torch.nn.functional as F
+
+    x, w_gate_up, w_down, bounds = _moe_weights(tokens, hidden, inter, experts, topk, device)
+    out = torch.empty(x.shape[0], hidden, device=device, dtype=torch.bfloat16)
     slices = list(zip(bounds[:-1], bounds[1:], strict=True))
 
-    def call() -> None:
+    def call() -> object:
         for e, (lo, hi) in enumerate(slices):
             if hi > lo:
                 h = x[lo:hi] @ w_gate_up[e]
                 torch.matmul(F.silu(h[:, :inter]) * h[:, inter:], w_down[e], out=out[lo:hi])
+        return out
 
     return call
 
 
-def grouped_cases(grid: Grid, device: str) -> Iterator[Case]:
+def _grouped_setup(tokens: int, hidden: int, inter: int, experts: int, topk: int, device: str) -> Call:
+    """One grouped GEMM for every expert's gate-up, the SiLU-gated activation, one for the downs."""
+    import torch
+    import torch.nn.functional as F
+
+    x, w_gate_up, w_down, bounds = _moe_weights(tokens, hidden, inter, experts, topk, device)
+    offs = torch.tensor(bounds[1:], device=device, dtype=torch.int32)  # each expert's end row
+
+    def call() -> object:
+        h = torch._grouped_mm(x, w_gate_up, offs=offs)
+        return torch._grouped_mm(F.silu(h[:, :inter]) * h[:, inter:], w_down, offs=offs)
+
+    return call
+
+
+def grouped_kernel(device: str) -> tuple[bool, str]:
+    """Whether this device runs torch._grouped_mm (bf16, Hopper or later), or why not."""
+    import torch
+
+    if device != "cuda":
+        return False, "the CPU runs the loop over experts, as megatron's SequentialMLP does there"
+    if not hasattr(torch, "_grouped_mm"):
+        return False, f"torch {torch.__version__} has no torch._grouped_mm"
+    try:
+        _grouped_setup(16, 64, 32, 4, 2, device)()
+    except (RuntimeError, TypeError) as err:
+        return False, f"torch._grouped_mm failed ({str(err).splitlines()[0][:100] if str(err) else type(err).__name__})"
+    return True, ""
+
+
+def grouped_cases(grid: Grid, device: str, grouped: bool = False) -> Iterator[Case]:
+    """One MoE layer's experts per grid shape: the grouped kernel when `grouped`, else the loop over experts."""
+    setup, backend = (_grouped_setup, "torch._grouped_mm") if grouped else (_moe_setup, "torch")
     for t, h, i, e, k in grid.moe:
         yield Case("grouped_gemm", shape_of("grouped_gemm", (t, h, i, e, k)), "bf16",
-                   lambda t=t, h=h, i=i, e=e, k=k: _moe_setup(t, h, i, e, k, device))
+                   lambda t=t, h=h, i=i, e=e, k=k: setup(t, h, i, e, k, device), backend,
+                   input_bytes=2 * (t * k * h + 3 * e * h * i))

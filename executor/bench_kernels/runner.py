@@ -73,7 +73,10 @@ def _cases(cfg: BenchConfig) -> Iterator[compute.Case]:
         yield from compute.gemm_cases(cfg.grid, cfg.device, fp8)
     yield from compute.attention_cases(cfg.grid, cfg.device, cfg.ops)
     if "grouped_gemm" in cfg.ops:
-        yield from compute.grouped_cases(cfg.grid, cfg.device)
+        grouped, why_not = compute.grouped_kernel(cfg.device)
+        if not grouped and cfg.device == "cuda":
+            print(f"grouped_gemm: the loop over experts, {why_not}", flush=True)
+        yield from compute.grouped_cases(cfg.grid, cfg.device, grouped)
 
 
 def _run_compute(cfg: BenchConfig, writer: TableWriter) -> None:
@@ -82,7 +85,8 @@ def _run_compute(cfg: BenchConfig, writer: TableWriter) -> None:
     sync = torch.cuda.synchronize if cfg.device == "cuda" else (lambda: None)
     for case in _cases(cfg):
         try:
-            timing = time_calls(case.setup(), sync, cfg.grid.budget_per_shape_s)
+            timing = time_calls(compute.rotating(case, cfg.device), sync, cfg.grid.budget_per_shape_s,
+                                graph=cfg.device == "cuda")
         except RuntimeError as err:  # out of memory, a shape this build refuses: the rest of the grid still runs
             line = f"{case.op} {format_shape(case.shape)} {case.dtype}: skipped, {str(err).splitlines()[0][:160]}"
             print(line, flush=True)
@@ -90,7 +94,7 @@ def _run_compute(cfg: BenchConfig, writer: TableWriter) -> None:
             if cfg.device == "cuda":
                 torch.cuda.empty_cache()
             continue
-        writer.add(case.op, case.shape, case.dtype, "torch", timing)
+        writer.add(case.op, case.shape, case.dtype, case.backend, timing)
 
 
 def run_bench(cfg: BenchConfig, on_row: OnRow | None = None) -> BenchResult:
@@ -113,7 +117,9 @@ def _run(cfg: BenchConfig, on_row: OnRow | None) -> BenchResult:
     source = (f"executor bench-kernels {__version__} on {socket.gethostname()}, torch {torch.__version__}, "
               f"{device_name(cfg.device)}")
     comment = (f"measured by {source}\nstarted {time.strftime('%Y-%m-%d %H:%M:%S %z')}; "
-               f"{'one CPU thread' if cfg.device == 'cpu' else 'one GPU'} per process")
+               + ("one CPU thread per process" if cfg.device == "cpu" else
+                "one GPU per process; a row's calls replayed as one CUDA graph, each reading its own copy of the "
+                "inputs (up to 512 MiB of copies)"))
     result = BenchResult()
     writer = TableWriter(cfg, source, comment, result, on_row)
     try:

@@ -164,3 +164,55 @@ def test_help_lists_the_ops(capsys):
     with pytest.raises(SystemExit):
         main(["bench-kernels", "--help"])
     assert "grouped_gemm" in capsys.readouterr().out
+
+
+def test_grouped_kernel_computes_what_the_loop_over_experts_does():
+    """The GPU's grouped rows time the same MoE layer as the loop: same inputs, same output."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "_grouped_mm"):
+        pytest.skip("this torch has no _grouped_mm")
+    from executor.bench_kernels import compute
+
+    torch.manual_seed(0)
+    loop = compute._moe_setup(12, 32, 16, 4, 2, "cpu")
+    torch.manual_seed(0)
+    grouped = compute._grouped_setup(12, 32, 16, 4, 2, "cpu")
+    assert torch.allclose(grouped().float(), loop().float(), rtol=2e-2, atol=2e-2)
+    assert compute.grouped_kernel("cpu")[0] is False  # the CPU keeps megatron's SequentialMLP loop
+
+
+def test_gpu_calls_rotate_through_input_copies():
+    from executor.bench_kernels import compute
+
+    made: list[int] = []
+
+    def setup():
+        made.append(len(made))
+        me = made[-1]
+        return lambda: me
+
+    case = compute.Case("gemm", {"m": 1, "n": 4096, "k": 4096}, "bf16", setup, input_bytes=2 * 4097 * 4096)
+    call = compute.rotating(case, "cuda")
+    assert len(made) == compute.ROTATE_BYTES // case.input_bytes  # 15 copies of a 32 MiB weight
+    assert [call() for _ in range(len(made) + 1)] == [*range(len(made)), 0]
+    made.clear()
+    compute.rotating(case, "cpu")
+    assert len(made) == 1  # a CPU run keeps one copy (its caches are the step's too)
+
+
+def test_a_graph_sample_grows_when_eager_timing_was_host_bound(monkeypatch):
+    """Eager calls that cost the host 1 ms each ask for one call per sample; replayed as a graph they take 10 us,
+    so the sample is re-captured with enough calls to last the sample target."""
+    from executor.bench_kernels import timing
+
+    captured: list[int] = []
+
+    def fake_graphed(fn, calls):
+        captured.append(calls)
+        return lambda: None
+
+    clock = iter([0.0, 1e-5] + [float(i) for i in range(2, 10_000)])
+    monkeypatch.setattr(timing, "graphed", fake_graphed)
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
+    sample, calls = timing._graph_sample(lambda: None, 1, lambda: None)
+    assert captured == [1, timing.calls_per_sample(1e-5)] and calls == 100
