@@ -11,6 +11,6 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.li
   > "$out/gpu.csv"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())" \
   | tee -a "$out/gpu.csv"
-timeout 330 python3 -m executor bench-kernels --hardware h200 --out "$out/tables" --ops gemm,attention,grouped_gemm \
+timeout 240 python3 -m executor bench-kernels --hardware h200 --out "$out/tables" --ops gemm,attention,grouped_gemm \
   2>&1 | tee "$out/bench.log"
-timeout 90 python3 studies/kernels/h200/crosscheck.py "$out/crosscheck.csv" 2>&1 | tee -a "$out/bench.log"
+timeout 75 python3 studies/kernels/h200/crosscheck.py "$out/crosscheck.csv" 2>&1 | tee -a "$out/bench.log"
