@@ -7,6 +7,7 @@ measured, so a big grid never holds them all."""
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -147,13 +148,15 @@ def attention_cases(grid: Grid, device: str, ops: tuple[str, ...]) -> Iterator[C
                        input_bytes=2 * b * d * (h + 2 * kv * n))
 
 
-def balanced_bounds(rows: int, experts: int) -> list[int]:
-    """Row offsets of each expert's slice when `rows` routed rows spread evenly (the first ones take the rest)."""
-    base, extra = divmod(rows, experts)
-    bounds = [0]
-    for e in range(experts):
-        bounds.append(bounds[-1] + base + (1 if e < extra else 0))
-    return bounds
+def routed_bounds(rows: int, experts: int, seed: int = 0) -> list[int]:
+    """Row offsets of each expert's slice when each of `rows` routed rows lands on one of `experts` uniformly at
+    random (learned routing at its most even, as cost/compute.py rows_hit_experts prices it: a few rows leave some
+    experts without any, and those cost nothing)."""
+    rng = random.Random(seed)
+    counts = [0] * experts
+    for _ in range(rows):
+        counts[rng.randrange(experts)] += 1
+    return [0, *itertools.accumulate(counts)]
 
 
 def _moe_weights(tokens: int, hidden: int, inter: int, experts: int, topk: int, device: str) -> tuple[Any, ...]:
@@ -162,7 +165,7 @@ def _moe_weights(tokens: int, hidden: int, inter: int, experts: int, topk: int, 
     x = _randn(rows, hidden, device=device)
     w_gate_up = _randn(experts, hidden, 2 * inter, device=device)
     w_down = _randn(experts, inter, hidden, device=device)
-    return x, w_gate_up, w_down, balanced_bounds(rows, experts)
+    return x, w_gate_up, w_down, routed_bounds(rows, experts)
 
 
 def _moe_setup(tokens: int, hidden: int, inter: int, experts: int, topk: int, device: str) -> Call:
@@ -208,7 +211,7 @@ def grouped_kernel(device: str) -> tuple[bool, str]:
     if not hasattr(torch, "_grouped_mm"):
         return False, f"torch {torch.__version__} has no torch._grouped_mm"
     try:
-        _grouped_setup(16, 64, 32, 4, 2, device)()
+        _grouped_setup(1, 64, 32, 8, 2, device)()  # 2 rows over 8 experts: empty groups too
     except (RuntimeError, TypeError) as err:
         return False, f"torch._grouped_mm failed ({str(err).splitlines()[0][:100] if str(err) else type(err).__name__})"
     return True, ""

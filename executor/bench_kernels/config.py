@@ -45,8 +45,9 @@ GRIDS: dict[str, Grid] = {
                       prefill=tuple((1, s, 32, 8, 128) for s in (512, 1024, 2048, 4096, 8192))
                       + ((8, 1024, 32, 8, 128), (1, 4096, 64, 8, 128)),
                       decode=tuple((b, n, 32, 8, 128) for b in (1, 8, 64) for n in (1024, 4096, 16384)),
-                      moe=tuple((t, 2048, 768, 128, 8) for t in (16, 128, 1024, 4096))
-                      + tuple((t, 7168, 2048, 32, 8) for t in (16, 128, 1024, 4096)),
+                      moe=tuple((t, 2048, 768, 128, 8) for t in (16, 128, 1024, 4096))  # a 30B-A3B's layer
+                      + tuple((t, 7168, 2048, 32, 8) for t in (16, 128, 1024, 4096))  # DeepSeek-V3's, EP 8 share
+                      + tuple((t, 4096, 2048, 32, 6) for t in (64, 512, 2048, 8192)),  # DeepSeek-V4-Flash's, EP 8
                       message_bytes=tuple(KIB * 4**i for i in range(9)), budget_per_shape_s=0.25),  # 1 KiB..64 MiB
     "cuda-quick": Grid(gemm_m=(1, 128, 2048), gemm_nk=((4096, 4096), (7168, 2048)),
                        prefill=((1, 1024, 32, 8, 128), (1, 4096, 32, 8, 128)),

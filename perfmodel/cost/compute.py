@@ -107,20 +107,24 @@ def gemm_time_s(
     quantize: bool = True,
     one_kernel: bool = False,
 ) -> float:
-    """Roofline time of `batch` same-shape GEMMs [m, k] @ [k, n]:
-    max(FLOPs / (peak(dtype) x curve.efficiency(FLOPs)), bytes / (hbm_bw x hbm_efficiency)), the curve read at the
-    FLOPs of one GEMM (separate kernels, each paying the curve's fixed cost), or with `one_kernel` at the FLOPs of
-    the whole batch: one batched kernel (bmm / baddbmm, as the unfused attention's scores and values run) pays the
-    fixed cost once and its batch fills the device together. A low-precision GEMM adds the cast of its A operand
-    (`quantize_hbm_bytes`) unless `quantize` is False: training prices its FP8 casts per recipe as kernels of the
-    layer's Work (`cost/train/layers.py::fp8_cast_work`).
+    """Time of `batch` same-shape GEMMs [m, k] @ [k, n]: each kernel's fixed time (the curve's
+    half_flops / (peak(dtype) x max_efficiency)), then the longer of its FLOPs at the large-GEMM rate and its bytes
+    at hbm_bw x hbm_efficiency. Compute-bound, that is FLOPs / (peak x curve.efficiency(FLOPs)), the curve read at
+    one GEMM's FLOPs (separate kernels, each paying the fixed cost), or with `one_kernel` at the whole batch's: one
+    batched kernel (bmm / baddbmm, as the unfused attention's scores and values run) pays it once and its batch
+    fills the device together. Memory-bound, the fixed time does not hide under the weight stream: an H200 runs a
+    one-row GEMM over a 29-32 MB weight in 10-13 us where the stream alone takes 7-8 us
+    (studies/kernels/h200/tables/gemm.csv; aiconfigurator-core's H200 rows of the same shapes agree within 7%). A
+    low-precision GEMM adds the cast of its A operand (`quantize_hbm_bytes`) unless `quantize` is False: training
+    prices its FP8 casts per recipe as kernels of the layer's Work (`cost/train/layers.py::fp8_cast_work`).
     """
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     one = gemm_flops(m, n, k)
-    compute = one * batch / gemm_rate(hw, dtype, one * batch if one_kernel else one)
+    large_rate = gemm_rate(hw, dtype)
+    fixed = (1 if one_kernel else batch) * hw.gemm_curve(dtype).half_flops / large_rate
     nbytes = gemm_hbm_bytes(m, n, k, dtype, batch, out_bytes_per_element)
-    t = max(compute, memory_bound_time_s(hw, nbytes))
+    t = fixed + max(one * batch / large_rate, memory_bound_time_s(hw, nbytes))
     if quantize and dtype in LOW_PRECISION:  # the cast of A is its own kernel before the GEMM: it cannot hide under it
         t += memory_bound_time_s(hw, quantize_hbm_bytes(m, k, dtype, batch), kernels=1)
     return t

@@ -255,21 +255,22 @@ def _attention_terms(row: KernelRow, hw: HardwareProfile, total: float) -> list[
 
 
 def _gemm_terms(row: KernelRow, hw: HardwareProfile) -> list[Term]:
+    """cost/compute.py gemm_time_s: the price is the fixed time plus the longer of the compute and memory times."""
     from perfmodel.cost.compute import PRODUCTION_SHAPE_FACTOR, gemm_flops, gemm_hbm_bytes, hbm_rate
 
     dt = MODEL_DTYPE[row.dtype]
     m, n, k = row.get("m"), row.get("n"), row.get("k")
     flops = gemm_flops(m, n, k)
     curve = hw.gemm_curve(dt)
-    eff = curve.efficiency(flops)
+    large_rate = hw.peak(dt) * curve.max_efficiency * PRODUCTION_SHAPE_FACTOR
     nbytes = gemm_hbm_bytes(m, n, k, dt)
     return [("FLOPs", flops, "FLOP"),
             (f"peak {dt}", hw.peak(dt) / 1e12, "TFLOP/s"),
             ("curve max efficiency", curve.max_efficiency, ""),
-            ("curve half_flops (the fixed cost)", curve.half_flops, "FLOP"),
-            ("efficiency at these FLOPs", eff, ""),
             ("production shape factor", PRODUCTION_SHAPE_FACTOR, ""),
-            ("compute time", flops / (hw.peak(dt) * eff * PRODUCTION_SHAPE_FACTOR) * 1e6, "us"),
+            ("curve half_flops", curve.half_flops, "FLOP"),
+            ("fixed time (half_flops at the large-GEMM rate)", curve.half_flops / large_rate * 1e6, "us"),
+            ("compute time", flops / large_rate * 1e6, "us"),
             ("HBM bytes (A, B read; C written)", nbytes, "B"),
             ("HBM rate", hbm_rate(hw) / 1e9, "GB/s"),
             ("memory time", nbytes / hbm_rate(hw) * 1e6, "us")]

@@ -32,11 +32,17 @@ def test_large_gemm_reaches_max_efficiency(hw):
     assert achieved == pytest.approx(hw.gemm_curve("bf16").max_efficiency * PRODUCTION_SHAPE_FACTOR, rel=0.002)
 
 
-def test_small_gemm_is_memory_bound(hw):
-    # a GEMV-like shape: 33 MFLOP over 33 MB of weights
+def test_small_gemm_is_memory_bound_and_pays_its_fixed_time_beside_the_stream(hw):
+    # a GEMV-like shape: 33 MFLOP over 33 MB of weights; the kernel's fixed time does not hide under the stream
     t = gemm_time_s(hw, 1, 4096, 4096, "bf16")
-    assert t == pytest.approx(memory_bound_time_s(hw, gemm_hbm_bytes(1, 4096, 4096, "bf16")))
+    c = hw.gemm_curve("bf16")
+    fixed = c.half_flops / (hw.peak("bf16") * c.max_efficiency * PRODUCTION_SHAPE_FACTOR)
+    assert t == pytest.approx(fixed + memory_bound_time_s(hw, gemm_hbm_bytes(1, 4096, 4096, "bf16")))
     assert gemm_flops(1, 4096, 4096) / t < 0.01 * hw.peak("bf16")
+    # compute-bound, the same fixed time is the curve's: a large GEMM is priced as it was
+    m = 8192
+    assert gemm_time_s(hw, m, m, m, "bf16") == pytest.approx(
+        gemm_flops(m, m, m) / (hw.peak("bf16") * c.efficiency(gemm_flops(m, m, m)) * PRODUCTION_SHAPE_FACTOR))
 
 
 def test_tiny_gemm_pays_the_fixed_cost(hw):

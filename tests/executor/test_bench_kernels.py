@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 
 from executor.bench_kernels import runner
 from executor.bench_kernels.collectives import _buffers
-from executor.bench_kernels.compute import balanced_bounds
+from executor.bench_kernels.compute import routed_bounds
 from executor.bench_kernels.config import COLLECTIVES, GRIDS, MEASURED, BenchConfig, parse_ops
 from executor.bench_kernels.timing import summarize
 from executor.cli import main
@@ -148,8 +148,14 @@ def test_collective_bytes_follow_the_table_convention():
         assert _buffers(op, 65536, 2, torch.device("cpu"), torch.bfloat16)[1] == 65536
 
 
-def test_balanced_routing_and_spread():
-    assert balanced_bounds(10, 4) == [0, 3, 6, 8, 10]
+def test_routing_is_uniform_as_the_model_prices_it_and_spread():
+    from perfmodel.cost.compute import rows_hit_experts
+
+    bounds = routed_bounds(10, 4)
+    assert bounds[0] == 0 and bounds[-1] == 10 and bounds == sorted(bounds) and len(bounds) == 5
+    assert routed_bounds(10, 4) == bounds  # seeded: every run measures the same layer
+    hits = [sum(hi > lo for lo, hi in zip(b[:-1], b[1:])) for b in (routed_bounds(128, 128, s) for s in range(200))]
+    assert sum(hits) / len(hits) == pytest.approx(rows_hit_experts(128, 128), rel=0.02)  # about 81 of 128
     t = summarize([1.0] * 8 + [2.0, 3.0], calls_per_sample=4)
     assert t.median_s == 1.0 and t.repetitions == 40 and t.spread == pytest.approx(1.1)
 

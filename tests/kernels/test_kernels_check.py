@@ -46,7 +46,8 @@ def test_a_gemm_row_is_priced_by_the_training_gemm_function() -> None:
     assert lane.name == "gemm bf16"
     assert lane.price(row, hw) == pytest.approx(gemm_time_s(hw, 4096, 8192, 8192, "bf16", quantize=False))
     terms = dict((t, v) for t, v, _ in explain(lane, row, hw))
-    assert terms["price"] == pytest.approx(max(terms["compute time"], terms["memory time"]))
+    fixed = terms["fixed time (half_flops at the large-GEMM rate)"]
+    assert terms["price"] == pytest.approx(fixed + max(terms["compute time"], terms["memory time"]))
 
 
 def test_a_collective_row_is_priced_by_the_step_collective_and_explained() -> None:
@@ -168,7 +169,7 @@ def test_bad_arguments_are_one_line_and_exit_2(argv: list[str], needle: str,
 def test_show_prints_the_terms(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["kernels", "show", "gemm", "m=64 n=7168 k=2048", "--hardware", "mi355x", "--dtype", "fp8"]) == 0
     out = capsys.readouterr().out
-    for term in ("gemm fp8 on mi355x", "curve half_flops", "efficiency at these FLOPs", "memory time", "price"):
+    for term in ("gemm fp8 on mi355x", "curve half_flops", "fixed time", "memory time", "price"):
         assert term in out
     assert main(["kernels", "show", "reduce_scatter", "bytes=268435456", "--hardware", "h100-sxm",
                  "--world-size", "2"]) == 0
