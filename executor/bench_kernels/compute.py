@@ -221,6 +221,6 @@ def grouped_cases(grid: Grid, device: str, grouped: bool = False) -> Iterator[Ca
     """One MoE layer's experts per grid shape: the grouped kernel when `grouped`, else the loop over experts."""
     setup, backend = (_grouped_setup, "torch._grouped_mm") if grouped else (_moe_setup, "torch")
     for t, h, i, e, k in grid.moe:
-        yield Case("grouped_gemm", shape_of("grouped_gemm", (t, h, i, e, k)), "bf16",
+        yield Case("grouped_gemm", {**shape_of("grouped_gemm", (t, h, i, e, k)), "random_routing": 1}, "bf16",
                    lambda t=t, h=h, i=i, e=e, k=k: setup(t, h, i, e, k, device), backend,
                    input_bytes=2 * (t * k * h + 3 * e * h * i))

@@ -8,6 +8,7 @@ so small GEMMs fall off the peak on their own.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from perfmodel.cost.dtypes import LOW_PRECISION, dtype_bytes
@@ -194,6 +195,34 @@ def rows_hit_experts(experts: float, rows: float) -> float:
     return experts * -math.expm1(rows * math.log1p(-1.0 / experts))
 
 
+@functools.lru_cache(maxsize=65536)
+def expected_tiles(mean_rows: float, tile: int, experts: float = 0.0) -> float:
+    """E[ceil(X / tile)] for one expert's rows X when rows land on `experts` experts uniformly at random, `mean_rows`
+    each on average: X ~ Binomial(rows, 1 / experts), Poisson below 50 rows (exactly summed), normal above (with
+    the binomial's variance; `experts` 0: Poisson's). An expert with no rows has no tile."""
+    if mean_rows <= 0:
+        return 0.0
+    if tile <= 1:
+        return mean_rows
+    if mean_rows < 50.0:  # sum over j of P(X > j tile), the Poisson pmf built term by term
+        p = cdf = math.exp(-mean_rows)
+        total, x, limit = 0.0, 0, mean_rows + 12.0 * math.sqrt(mean_rows) + 20.0
+        while x < limit:
+            if x % tile == 0:
+                total += 1.0 - cdf
+            x += 1
+            p *= mean_rows / x
+            cdf += p
+        return total
+    sigma = math.sqrt(mean_rows * (1.0 - 1.0 / experts if experts > 1 else 1.0))
+    j = max(0, math.floor((mean_rows - 8.0 * sigma) / tile))  # P(X > i tile) is 1 for every i < j
+    total = float(j)
+    while j * tile <= mean_rows + 8.0 * sigma:
+        total += 0.5 * math.erfc((j * tile + 0.5 - mean_rows) / (sigma * math.sqrt(2.0)))
+        j += 1
+    return total
+
+
 def grouped_gemm_time_s(
     hw: HardwareProfile,
     rows: float,
@@ -205,21 +234,31 @@ def grouped_gemm_time_s(
     wgrad: bool = False,
     out_bytes_per_element: float = 2.0,
     engine: bool = False,
+    experts: float = 0.0,
 ) -> float:
-    """One grouped GEMM kernel over an MoE layer's local experts: `rows` expert rows in all, spread evenly over the
-    `experts_hit` experts that received any (experts without rows cost nothing: no weight read, no tile), each
+    """One grouped GEMM kernel over an MoE layer's local experts: `rows` expert rows in all over the `experts_hit`
+    experts that received any (experts without rows cost nothing: no weight read, no tile), each
     [rows_e, k] @ [k, n]; `wgrad`: the weight gradients [k, n] = X_e^T dY_e over the same rows.
 
-    Each expert's rows run in tiles of `grouped_gemm_tile_rows` (a partly filled tile costs a whole one); the
-    FLOPs run at peak x the dense curve's max efficiency x `grouped_gemm_rel_efficiency` (no production-shape
-    factor: the rows per expert set the shape); the bytes are each hit expert's weight (or weight gradient) once
-    and the activations in and out. A fixed `grouped_gemm_fixed_s` per kernel, plus `grouped_gemm_per_expert_s`
-    per hit expert where experts run one GEMM each (a sequential loop: 0 for a fused grouped kernel). `engine`: the
-    inference engine's fused MoE kernel, at `grouped_gemm_engine_rel_efficiency` (a kernel family of its own)."""
+    Each expert's rows run in tiles (a partly filled tile costs a whole one): `grouped_gemm_train_tile_rows` for
+    the training kernel, `grouped_gemm_tile_rows` for the engine's fused MoE. `experts`: the local experts the rows
+    were routed over, each row to one uniformly at random (learned routing at its most even): the tiles are
+    `expected_tiles` of each expert's random share, so at 256 rows an expert on average and 128-row tiles most
+    experts take three tiles, not two (an H200 ran such a layer 1.27-1.35x slower than one with exactly 256 rows
+    each, studies/kernels/h200/README.md); 0: the rows spread evenly over the hit experts (a balanced routing, as
+    aiconfigurator's `balanced` tables). The FLOPs of the tiles run at peak x the dense curve's max efficiency x
+    `grouped_gemm_rel_efficiency` (no production-shape factor: the rows per expert set the shape); the bytes are
+    each hit expert's weight (or weight gradient) once and the activations in and out. A fixed
+    `grouped_gemm_fixed_s` per kernel, plus `grouped_gemm_per_expert_s` per hit expert where experts run one GEMM
+    each (a sequential loop: 0 for a fused grouped kernel). `engine`: the inference engine's fused MoE kernel, at
+    `grouped_gemm_engine_rel_efficiency` (a kernel family of its own)."""
     if rows <= 0 or n <= 0 or k <= 0 or experts_hit <= 0:
         return 0.0
-    tile = hw.grouped_gemm_tile_rows
-    padded_rows = experts_hit * math.ceil(rows / experts_hit / tile - 1e-9) * tile
+    tile = hw.grouped_gemm_tile_rows if engine else hw.grouped_gemm_train_tile_rows
+    if experts > 0:
+        padded_rows = experts * expected_tiles(rows / experts, tile, experts) * tile
+    else:
+        padded_rows = experts_hit * math.ceil(rows / experts_hit / tile - 1e-9) * tile
     rel = hw.grouped_gemm_engine_rel_efficiency if engine else hw.grouped_gemm_rel_efficiency
     rate = hw.peak(dtype) * hw.gemm_curve(dtype).max_efficiency * rel
     compute = gemm_flops(padded_rows, n, k) / rate

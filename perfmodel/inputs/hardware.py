@@ -75,7 +75,8 @@ class HardwareProfile:
     grouped_gemm_engine_rel_efficiency: float
     grouped_gemm_fixed_s: float
     grouped_gemm_per_expert_s: float
-    grouped_gemm_tile_rows: int
+    grouped_gemm_tile_rows: int  # the engine's fused MoE kernel
+    grouped_gemm_train_tile_rows: int  # the training grouped GEMM
     ep_dispatch_floor_s: float
     ep_combine_floor_s: float
     ep_dispatch_unit_bytes_per_s: float
@@ -265,6 +266,7 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         grouped_gemm_fixed_s=e.grouped_gemm.fixed_s.value,
         grouped_gemm_per_expert_s=e.grouped_gemm.per_expert_s.value,
         grouped_gemm_tile_rows=int(e.grouped_gemm.tile_rows.value),
+        grouped_gemm_train_tile_rows=int((e.grouped_gemm.train_tile_rows or e.grouped_gemm.tile_rows).value),
         ep_dispatch_floor_s=e.ep_kernel.dispatch_floor_s.value,
         ep_combine_floor_s=e.ep_kernel.combine_floor_s.value,
         ep_dispatch_unit_bytes_per_s=e.ep_kernel.dispatch_unit_bytes_per_s.value,

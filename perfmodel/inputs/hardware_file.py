@@ -106,7 +106,8 @@ class GroupedGemmFile(_Strict):
     engine_rel_efficiency: Positive | None = None  # the inference engine's fused MoE kernel; default: rel_efficiency
     fixed_s: NonNegative  # per grouped-GEMM kernel (launch, routing metadata, ramp, tail)
     per_expert_s: NonNegative  # per expert that gets rows: a sequential per-expert loop's launch; 0 when fused
-    tile_rows: Positive  # an expert's rows run in tiles of this many (padding)
+    tile_rows: Positive  # an expert's rows run in tiles of this many (padding): the engine's fused MoE kernel
+    train_tile_rows: Positive | None = None  # the training grouped GEMM's row tile; default: tile_rows
 
 
 class EPKernelFile(_Strict):

@@ -130,8 +130,9 @@ def _moe_train(r: KernelRow, hw: HardwareProfile) -> float:
     rows, h, il, local, _ = _moe_shape(r)
     dt = MODEL_DTYPE[r.dtype]
     hit = rows_hit_experts(local, rows)
-    fc1 = grouped_gemm_time_s(hw, rows, hit, 2 * il, h, dt)
-    fc2 = grouped_gemm_time_s(hw, rows, hit, h, il, dt)
+    spread = local if r.get("random_routing") else 0  # a balanced table's rows spread evenly
+    fc1 = grouped_gemm_time_s(hw, rows, hit, 2 * il, h, dt, experts=spread)
+    fc2 = grouped_gemm_time_s(hw, rows, hit, h, il, dt, experts=spread)
     return fc1 + fc2 + memory_bound_time_s(hw, rows * (2 * il + il) * ACT_BYTES, kernels=1)
 
 
@@ -140,8 +141,8 @@ def _moe_engine(r: KernelRow, hw: HardwareProfile) -> float:
     plus the engine's other MoE kernels' floors (router top-k, align/sort, activation)."""
     _, h, il, _, tokens = _moe_shape(r)
     dt = "fp8" if MODEL_DTYPE[r.dtype] == "fp8" else "bf16"
-    return (expert_layer_s(hw, tokens, r.get("topk"), r.get("experts"), r.get("ep"), int(h), il, True, dt)
-            + 3 * KERNEL_FLOOR_S)
+    return (expert_layer_s(hw, tokens, r.get("topk"), r.get("experts"), r.get("ep"), int(h), il, True, dt,
+                           balanced=not r.get("random_routing")) + 3 * KERNEL_FLOOR_S)
 
 
 def _placement(r: KernelRow, hw: HardwareProfile) -> GroupPlacement:

@@ -21,7 +21,7 @@ REQUIRED = ("op", "shape", "dtype", "backend", "world_size", "latency_us", "hard
 # op -> (required shape keys, optional shape keys with their defaults)
 OPS: dict[str, tuple[tuple[str, ...], dict[str, int]]] = {
     "gemm": (("m", "n", "k"), {}),
-    "grouped_gemm": (("tokens", "hidden", "inter", "experts", "topk"), {"ep": 1, "tp": 1}),
+    "grouped_gemm": (("tokens", "hidden", "inter", "experts", "topk"), {"ep": 1, "tp": 1, "random_routing": 0}),
     "attention_prefill": (("batch", "seq", "heads", "kv_heads", "head_dim"), {"cached": 0, "window": 0}),
     "attention_decode": (("batch", "kv_len", "heads", "kv_heads", "head_dim"), {"window": 0}),
     "all_reduce": (("bytes",), {"nodes": 1}),

@@ -223,16 +223,18 @@ def experts_hit(experts: int, top_k: int, tokens: float) -> float:
 
 
 def expert_layer_s(hw: HardwareProfile, tokens: float, top_k: int, experts: int, ep: int, hidden: int,
-                   intermediate: float, gated: bool, dtype: str) -> float:
+                   intermediate: float, gated: bool, dtype: str, balanced: bool = False) -> float:
     """One MoE layer's gate-up and down grouped GEMMs on one engine GPU: `tokens` x top-k rows spread over `ep`
-    ranks, reaching the experts they hit (uniform top-k), each expert [hidden, intermediate] on this GPU."""
+    ranks, reaching the experts they hit (uniform top-k), each expert [hidden, intermediate] on this GPU; each row
+    routed at random (`balanced`: evenly over the hit experts, as a balanced benchmark routes them)."""
     if tokens <= 0:
         return 0.0
     rows = tokens * top_k / ep
     hit = experts_hit(experts, top_k, tokens) / ep
     up = 2.0 * intermediate if gated else intermediate
-    return (grouped_gemm_time_s(hw, rows, hit, up, hidden, dtype, engine=True)
-            + grouped_gemm_time_s(hw, rows, hit, hidden, intermediate, dtype, engine=True))
+    local = 0.0 if balanced else experts / ep
+    return (grouped_gemm_time_s(hw, rows, hit, up, hidden, dtype, engine=True, experts=local)
+            + grouped_gemm_time_s(hw, rows, hit, hidden, intermediate, dtype, engine=True, experts=local))
 
 
 class EngineCost:

@@ -124,13 +124,13 @@ def _grouped_times(hw: HardwareProfile, g: Gemm, t: _Times) -> float:
     """An MoE layer's grouped GEMM into `t`: forward, its input gradient (the same rows against the transposed
     weights) and its weight gradients, over the experts its rows reach (cost/compute.py grouped_gemm_time_s).
     Returns the input-gradient time (what Megatron's async all-gather can hide under)."""
-    rows = g.m * g.batch
+    rows = g.m * g.batch  # routed over g.batch local experts, each row to one at random
     hit = rows_hit_experts(g.batch, rows)
-    t.fwd += grouped_gemm_time_s(hw, rows, hit, g.n, g.k, g.dtype)
-    dgrad_s = grouped_gemm_time_s(hw, rows, hit, g.k, g.n, g.dtype)
+    t.fwd += grouped_gemm_time_s(hw, rows, hit, g.n, g.k, g.dtype, experts=g.batch)
+    dgrad_s = grouped_gemm_time_s(hw, rows, hit, g.k, g.n, g.dtype, experts=g.batch)
     t.bwd_in += dgrad_s
     t.bwd_w += grouped_gemm_time_s(hw, rows, hit, g.n, g.k, g.dtype, wgrad=True,
-                                   out_bytes_per_element=WGRAD_OUT_BYTES)
+                                   out_bytes_per_element=WGRAD_OUT_BYTES, experts=g.batch)
     return dgrad_s
 
 
