@@ -3,6 +3,7 @@ rank them, and write the CSV of every candidate, the summary, the top plans and 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import itertools
@@ -357,8 +358,21 @@ def _run_on_processes(workers: int, chunks: Iterator[list[tuple[int, dict[str, A
                 f.cancel()
             for proc in list((pool._processes or {}).values()):  # no public way to stop a running chunk
                 proc.kill()
+            _release_call_queue(pool)
             pool.shutdown(wait=True, cancel_futures=True)
     gc.unfreeze()
+
+
+def _release_call_queue(pool: ProcessPoolExecutor) -> None:
+    """Close this process's read end of the pool's call queue once its workers are killed. Chunks still queued can
+    fill the pipe; with the readers dead the queue's feeder thread then blocks in its write, and the shutdown, which
+    joins that thread, hangs (a SIGTERM test of tests/reliability hung 60 s this way). With no read end left the
+    write fails and the thread ends. CPython does the same when the pool itself finds a worker dead (gh-94777), but
+    not when the shutdown wins that race."""
+    reader = getattr(getattr(pool, "_call_queue", None), "_reader", None)
+    if reader is not None:
+        with contextlib.suppress(OSError):
+            reader.close()
 
 
 def _take_finished(pending: set[Future], take: Callable[[list[tuple[int, dict[str, Any]]]], None]) -> set[Future]:
