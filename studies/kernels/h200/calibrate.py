@@ -1,7 +1,7 @@
 """The microbenchmark's loop on a real GPU, held out: calibrate the `h200` profile from some of the lent H200's
 shapes, check the others (issue 22, item 6, as a user with their own cluster would run it).
 
-    python studies/kernels/h200/calibrate.py [--out DIR]
+    python studies/kernels/h200/calibrate.py [--out DIR]      (default DIR: perfmodel-h200-calibrate in the temp folder)
 
 The H200's rows split by model shape, so the check is on shapes the fit never saw: the fit takes the GEMMs of the
 8B model's projections (N x K of 4096 x 4096, 6144 x 4096, 28672 x 4096, 4096 x 14336), the 30B-A3B and
@@ -16,6 +16,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -66,7 +67,8 @@ def lanes(check_dir: Path, calibration: Path | None) -> dict[tuple[str, str], di
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=HERE / "out")
+    # outside studies/kernels: `perfmodel kernels check` reads every table under it, and would count the halves twice
+    ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "perfmodel-h200-calibrate")
     args = ap.parse_args(argv)
     fit_dir, check_dir = split(HERE / "tables", args.out)
     calibration = args.out / "calibration.yaml"
