@@ -241,7 +241,32 @@ def explain(lane: Lane, row: KernelRow, hw: HardwareProfile) -> list[Term]:
                  ("bus bandwidth (nccl-tests busbw)", _busbw_gbs(row, total), "GB/s")]
     elif row.op in ("attention_prefill", "attention_decode"):
         terms = _attention_terms(row, hw, total)
+    elif row.op == "grouped_gemm":
+        terms = _grouped_terms(row, hw, engine=lane.name.endswith("engine"))
     return [*terms, ("price", total * 1e6, "us")]
+
+
+def _grouped_terms(row: KernelRow, hw: HardwareProfile, engine: bool) -> list[Term]:
+    """cost/compute.py grouped_gemm_time_s for the layer's rows: which experts they reach and the tiles they fill
+    (each expert's random share, or spread evenly for a balanced table's row)."""
+    from perfmodel.cost.compute import expected_tiles
+
+    rows, _, _, local, _ = _moe_shape(row)
+    tile = hw.grouped_gemm_tile_rows if engine else hw.grouped_gemm_train_tile_rows
+    if row.get("random_routing"):
+        padded = local * expected_tiles(rows / local, tile, local) * tile
+        routing = "random"
+    else:
+        hit = rows_hit_experts(local, rows)
+        padded = hit * math.ceil(rows / hit / tile - 1e-9) * tile if hit else 0.0
+        routing = "balanced"
+    rel = hw.grouped_gemm_engine_rel_efficiency if engine else hw.grouped_gemm_rel_efficiency
+    return [("expert rows on this GPU", rows, ""), ("local experts", local, ""),
+            ("experts with rows (expected)", rows_hit_experts(local, rows), ""),
+            (f"row tile ({'engine' if engine else 'training'} kernel)", tile, "rows"),
+            (f"rows in whole tiles ({routing} routing)", padded, ""),
+            ("rate relative to the dense curve's max", rel, ""),
+            ("fixed time per kernel", hw.grouped_gemm_fixed_s * 1e6, "us")]
 
 
 def _attention_terms(row: KernelRow, hw: HardwareProfile, total: float) -> list[Term]:

@@ -187,3 +187,16 @@ def test_a_grouped_gemm_row_faster_than_the_peak_as_read_is_skipped_with_its_rea
     assert [p.row for p in res.priced] == [slow]
     (why,) = res.skipped
     assert "faster than the GPU's peak" in why and res.skipped[why] == 1
+
+
+def test_show_lists_a_grouped_gemms_tiles_by_its_routing(capsys: pytest.CaptureFixture[str]) -> None:
+    """At 256 rows an expert, random routing fills about 2.49 tiles of 128 rows an expert; balanced, exactly 2."""
+    from perfmodel.cost.compute import expected_tiles
+
+    shape = "tokens=4096 hidden=2048 inter=768 experts=128 topk=8"
+    assert main(["kernels", "show", "grouped_gemm", shape + " random_routing=1", "--hardware", "h200"]) == 0
+    out = capsys.readouterr().out
+    random_rows = 128 * expected_tiles(256, 128, 128) * 128
+    assert "rows in whole tiles (random routing)" in out and f"{random_rows:14.6g}" in out
+    assert main(["kernels", "show", "grouped_gemm", shape, "--hardware", "h200"]) == 0
+    assert f"{32768:14.6g}" in capsys.readouterr().out.split("rows in whole tiles (balanced routing)")[1]
