@@ -223,6 +223,17 @@ def expected_tiles(mean_rows: float, tile: int, experts: float = 0.0) -> float:
     return total
 
 
+def grouped_tile_rows(hw: HardwareProfile, rows: float, experts_hit: float, engine: bool = False,
+                      experts: float = 0.0) -> tuple[int, float]:
+    """The grouped kernel's row tile and the rows it computes: each expert's rows in whole tiles (the engine's
+    fused MoE `grouped_gemm_tile_rows`, the training kernel's `grouped_gemm_train_tile_rows`); with `experts`, each
+    expert's random share of the rows (`expected_tiles`), else the rows spread evenly over the `experts_hit`."""
+    tile = hw.grouped_gemm_tile_rows if engine else hw.grouped_gemm_train_tile_rows
+    if experts > 0:
+        return tile, experts * expected_tiles(rows / experts, tile, experts) * tile
+    return tile, experts_hit * math.ceil(rows / experts_hit / tile - 1e-9) * tile
+
+
 def grouped_gemm_time_s(
     hw: HardwareProfile,
     rows: float,
@@ -254,11 +265,7 @@ def grouped_gemm_time_s(
     `grouped_gemm_engine_rel_efficiency` (a kernel family of its own)."""
     if rows <= 0 or n <= 0 or k <= 0 or experts_hit <= 0:
         return 0.0
-    tile = hw.grouped_gemm_tile_rows if engine else hw.grouped_gemm_train_tile_rows
-    if experts > 0:
-        padded_rows = experts * expected_tiles(rows / experts, tile, experts) * tile
-    else:
-        padded_rows = experts_hit * math.ceil(rows / experts_hit / tile - 1e-9) * tile
+    _, padded_rows = grouped_tile_rows(hw, rows, experts_hit, engine, experts)
     rel = hw.grouped_gemm_engine_rel_efficiency if engine else hw.grouped_gemm_rel_efficiency
     rate = hw.peak(dtype) * hw.gemm_curve(dtype).max_efficiency * rel
     compute = gemm_flops(padded_rows, n, k) / rate

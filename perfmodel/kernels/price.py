@@ -19,12 +19,13 @@ from perfmodel.cost.compute import (
     engine_gemm_time_s,
     gemm_time_s,
     grouped_gemm_time_s,
+    grouped_tile_rows,
     memory_bound_time_s,
     roofline_s,
     rows_hit_experts,
 )
 from perfmodel.cost.dispatch import Dispatch, dispatch_s
-from perfmodel.cost.serve.engine import KERNEL_FLOOR_S, engine_rates, expert_layer_s, gqa_kv_entry
+from perfmodel.cost.serve.engine import KERNEL_FLOOR_S, engine_rates, expert_layer_s, experts_hit, gqa_kv_entry
 from perfmodel.cost.train.attention import flash_core
 from perfmodel.cost.train.work import ACT_BYTES
 from perfmodel.inputs.hardware import HardwareProfile
@@ -247,22 +248,19 @@ def explain(lane: Lane, row: KernelRow, hw: HardwareProfile) -> list[Term]:
 
 
 def _grouped_terms(row: KernelRow, hw: HardwareProfile, engine: bool) -> list[Term]:
-    """cost/compute.py grouped_gemm_time_s for the layer's rows: which experts they reach and the tiles they fill
-    (each expert's random share, or spread evenly for a balanced table's row)."""
-    from perfmodel.cost.compute import expected_tiles
-
-    rows, _, _, local, _ = _moe_shape(row)
-    tile = hw.grouped_gemm_tile_rows if engine else hw.grouped_gemm_train_tile_rows
-    if row.get("random_routing"):
-        padded = local * expected_tiles(rows / local, tile, local) * tile
-        routing = "random"
+    """cost/compute.py grouped_gemm_time_s for the layer's rows as the lane prices them: the experts they reach and
+    the tiles they fill (each expert's random share, or spread evenly for a balanced table's row)."""
+    rows, _, _, local, tokens = _moe_shape(row)
+    if engine:  # engine.expert_layer_s's count: uniform top-k over all experts, an EP rank's share
+        local, hit = row.get("experts") / row.get("ep"), experts_hit(row.get("experts"), row.get("topk"), tokens)
+        hit /= row.get("ep")
     else:
         hit = rows_hit_experts(local, rows)
-        padded = hit * math.ceil(rows / hit / tile - 1e-9) * tile if hit else 0.0
-        routing = "balanced"
+    routing = "random" if row.get("random_routing") else "balanced"
+    tile, padded = grouped_tile_rows(hw, rows, hit, engine, local if row.get("random_routing") else 0.0)
     rel = hw.grouped_gemm_engine_rel_efficiency if engine else hw.grouped_gemm_rel_efficiency
     return [("expert rows on this GPU", rows, ""), ("local experts", local, ""),
-            ("experts with rows (expected)", rows_hit_experts(local, rows), ""),
+            ("experts with rows (expected)", hit, ""),
             (f"row tile ({'engine' if engine else 'training'} kernel)", tile, "rows"),
             (f"rows in whole tiles ({routing} routing)", padded, ""),
             ("rate relative to the dense curve's max", rel, ""),

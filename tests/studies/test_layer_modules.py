@@ -23,7 +23,7 @@ def test_every_model_item_maps_to_a_trace_module_and_every_layer_kind_is_compare
     model, a2a = compare.modelled()
     assert not [k for k in model if k[2].startswith("(unmapped)")]
     assert {cr for cr, _, _ in model} == {0, 4, 128} and all(v > 0 for v in a2a.values())
-    rows = compare.rows()
+    rows = compare.rows(model)
     traced = {(cr, phase) for cr, phase, _, t_ms, _ in rows if t_ms > 0}
     assert traced == {(cr, phase) for cr in (0, 4, 128) for phase in ("forward", "backward")}
     # the projections' forward GEMMs are priced near the trace: the comparison's anchor (a wrong shard or token

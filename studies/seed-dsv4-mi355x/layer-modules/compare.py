@@ -75,9 +75,10 @@ def modelled() -> tuple[dict[tuple[int, str, str], float], dict[tuple[int, str],
             continue
         seen.add(cr)
         work = layer_work(scn.model, layer, shard)
-        for item in (*work.gemms, *work.kernels):
-            t = time_work(hw, Work(gemms=(item,)) if item in work.gemms else Work(kernels=(item,)), places)
-            module = MODULE_OF.get(item.name, f"(unmapped) {item.name}")
+        alone = [(g.name, Work(gemms=(g,))) for g in work.gemms] + [(k.name, Work(kernels=(k,))) for k in work.kernels]
+        for name, one in alone:
+            t = time_work(hw, one, places)
+            module = MODULE_OF.get(name, f"(unmapped) {name}")
             out[(cr, "forward", module)] += t.fwd * scale_f * 1e3
             out[(cr, "backward", module)] += (t.bwd_in + t.bwd_w) * scale_b * 1e3
         for comm in work.comms:
@@ -87,8 +88,9 @@ def modelled() -> tuple[dict[tuple[int, str, str], float], dict[tuple[int, str],
     return out, a2a
 
 
-def rows() -> list[tuple[int, str, str, float, float]]:
-    trace, (model, _) = traced(), modelled()
+def rows(model: dict[tuple[int, str, str], float]) -> list[tuple[int, str, str, float, float]]:
+    """(compress ratio, phase, module, trace ms, model ms) for every module either side has."""
+    trace = traced()
     modules = list(ORDER) + sorted({k[2] for k in model} - set(ORDER))
     return [(cr, phase, module, trace.get((cr, phase, module), 0.0), model.get((cr, phase, module), 0.0))
             for cr in sorted({k[0] for k in trace}) for phase in PHASES for module in modules
@@ -99,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--format", choices=("text", "md"), default="text")
     args = ap.parse_args(argv)
-    table = rows()
-    _, a2a = modelled()
+    model, a2a = modelled()
+    table = rows(model)
     md = args.format == "md"
     if md:
         print("| compress ratio | phase | module | trace (ms) | model (ms) | model / trace |")
