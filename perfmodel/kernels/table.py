@@ -83,7 +83,10 @@ def parse_shape(text: str, op: str) -> dict[str, int]:
             raise ValueError(f"{part!r} is not key=value")
         if key not in required and key not in optional:
             raise ValueError(f"unknown key {key!r} for {op} (keys: {' '.join(required + tuple(optional))})")
-        number = float(value)
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0  # not a number: the same message as a negative one
         if not math.isfinite(number) or number < 0 or number != int(number):
             raise ValueError(f"{key}={value} is not a non-negative integer")
         out[key] = int(number)

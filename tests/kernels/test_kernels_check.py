@@ -158,6 +158,8 @@ def test_check_prints_a_table_and_exits_1_when_nothing_could_be_checked(tmp_path
     (["kernels", "check", "--hardware", "tpu-v9"], "--hardware: tpu-v9: no such hardware profile"),
     (["kernels", "show", "gemm", "m=1 n=2", "--hardware", "h100-sxm"], "shape: missing k"),
     (["kernels", "show", "warp", "m=1", "--hardware", "h100-sxm"], "unknown op 'warp'"),
+    (["kernels", "show", "grouped_gemm", "tokens=4 hidden=8 inter=8 experts=4 topk=2 random_routing=yes",
+      "--hardware", "h100-sxm"], "shape: random_routing=yes is not a non-negative integer"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(argv: list[str], needle: str,
                                                capsys: pytest.CaptureFixture[str]) -> None:
