@@ -71,6 +71,17 @@ def roofline_s(nbytes: float, bytes_per_s: float, flops: float, flops_per_s: flo
     return max(nbytes / bytes_per_s, flops / flops_per_s)
 
 
+def overlapped_s(compute_s: float, memory_s: float, norm: float) -> float:
+    """A kernel's compute and memory times combined as their p-norm, p = `norm`: the max (the streams overlap
+    fully) when `norm` is 0, their sum at 1. Between, the time near the ridge (compute = memory) exceeds the max by
+    up to 2^(1/p), where a kernel's tiles alternate between waiting for bytes and computing; far from it the
+    larger term rules."""
+    hi, lo = max(compute_s, memory_s), min(compute_s, memory_s)
+    if norm <= 0 or lo <= 0:
+        return hi
+    return hi * (1.0 + (lo / hi) ** norm) ** (1.0 / norm)
+
+
 def memory_bound_time_s(hw: HardwareProfile, nbytes: float, kernels: int = 0) -> float:
     """Time to stream `nbytes` through HBM at `hbm_rate`, plus a fixed cost per kernel."""
     if nbytes <= 0 and kernels <= 0:
@@ -275,4 +286,4 @@ def grouped_gemm_time_s(
     else:  # reads A [rows, k] and each hit expert's B [k, n], writes C [rows, n]
         nbytes = rows * k * q + experts_hit * k * n * q + rows * n * out_bytes_per_element
     fixed = hw.grouped_gemm_fixed_s + experts_hit * hw.grouped_gemm_per_expert_s
-    return fixed + max(compute, nbytes / hbm_rate(hw))
+    return fixed + overlapped_s(compute, nbytes / hbm_rate(hw), hw.grouped_gemm_overlap_norm)

@@ -22,6 +22,7 @@ from perfmodel.cost.compute import (
     gemm_rate,
     grouped_gemm_time_s,
     hbm_rate,
+    overlapped_s,
     rows_hit_experts,
 )
 from perfmodel.cost.dispatch import Dispatch, _hit_probability, dispatch_s
@@ -66,7 +67,7 @@ def test_rows_hit_experts_is_all_of_them_for_many_rows_and_about_the_rows_for_fe
 
 
 def test_a_grouped_gemm_pays_its_hit_experts_weights_and_whole_tiles() -> None:
-    hw = H100
+    hw = dataclasses.replace(H100, grouped_gemm_overlap_norm=0.0)  # the max of compute and memory (next test)
     n, k, tile = 4096, 2048, hw.grouped_gemm_train_tile_rows
     rate = hw.peak("bf16") * hw.gemm_curve("bf16").max_efficiency * hw.grouped_gemm_rel_efficiency
     # many rows per expert: compute bound, padding to whole tiles of each expert's rows
@@ -79,6 +80,27 @@ def test_a_grouped_gemm_pays_its_hit_experts_weights_and_whole_tiles() -> None:
     weights = 4 * n * k * 2.0
     assert few == pytest.approx(hw.grouped_gemm_fixed_s + (weights + 4 * k * 2.0 + 4 * n * 2.0) / hbm_rate(hw))
     assert grouped_gemm_time_s(hw, 4.0, 8.0, n, k, "bf16") > few  # spread over more experts: more weights read
+
+
+def test_a_grouped_gemms_compute_and_memory_combine_as_their_p_norm() -> None:
+    """Near the ridge a grouped kernel's compute and weight stream do not overlap fully: the time is the p-norm
+    of the two (H100's fitted p 1.5: up to 2^(1/1.5) = 1.59x the max at the ridge), the max far from it, the max
+    at p 0 and the sum at p 1."""
+    assert overlapped_s(3.0, 1.0, 0.0) == 3.0 and overlapped_s(3.0, 1.0, 1.0) == pytest.approx(4.0)
+    assert overlapped_s(2.0, 2.0, 1.5) == pytest.approx(2.0 * 2 ** (1 / 1.5))
+    assert overlapped_s(1.0, 3.0, 2.0) == pytest.approx(math.sqrt(10.0)) == overlapped_s(3.0, 1.0, 2.0)
+    assert overlapped_s(1000.0, 1.0, 1.5) == pytest.approx(1000.0, rel=1e-4) and overlapped_s(0.0, 5.0, 1.5) == 5.0
+    assert H100.grouped_gemm_overlap_norm == 1.5 and load_hardware("b200").grouped_gemm_overlap_norm == 2.5
+    hw0 = dataclasses.replace(H100, grouped_gemm_overlap_norm=0.0)
+    n, k, hit = 4096, 2048, 64.0
+    for rows in (64.0, 64 * 300.0, 64 * 4000.0):  # memory bound, near the ridge, compute bound
+        mem_s = (rows * k * 2 + hit * n * k * 2 + rows * n * 2) / hbm_rate(H100)
+        peak_s = grouped_gemm_time_s(hw0, rows, hit, n, k, "bf16") - hw0.grouped_gemm_fixed_s
+        comp_s = peak_s if peak_s > mem_s * (1 + 1e-9) else None
+        got = grouped_gemm_time_s(H100, rows, hit, n, k, "bf16") - H100.grouped_gemm_fixed_s
+        assert peak_s <= got <= peak_s * 2 ** (1 / 1.5) + 1e-15
+        if comp_s is not None:
+            assert got == pytest.approx(overlapped_s(comp_s, mem_s, 1.5))
 
 
 def test_random_routing_pays_the_tiles_of_each_experts_random_share() -> None:
@@ -97,7 +119,7 @@ def test_random_routing_pays_the_tiles_of_each_experts_random_share() -> None:
         assert expected_tiles(mean, tile, experts) == pytest.approx(sum(draws) / len(draws), rel=0.01)
     assert expected_tiles(3.0, 1) == 3.0 and expected_tiles(0.0, 128) == 0.0
     # a compute-bound grouped GEMM at 640 rows an expert: balanced, five tiles each; random, about 5.5
-    hw, rows, experts = H100, 640 * 64.0, 64.0
+    hw, rows, experts = dataclasses.replace(H100, grouped_gemm_overlap_norm=0.0), 640 * 64.0, 64.0
     even = grouped_gemm_time_s(hw, rows, experts, 4096, 4096, "bf16") - hw.grouped_gemm_fixed_s
     spread = grouped_gemm_time_s(hw, rows, experts, 4096, 4096, "bf16", experts=experts) - hw.grouped_gemm_fixed_s
     assert spread / even == pytest.approx(expected_tiles(640, 128, 64) / 5, rel=1e-9)
@@ -107,7 +129,7 @@ def test_random_routing_pays_the_tiles_of_each_experts_random_share() -> None:
 def test_the_engines_fused_moe_runs_at_its_own_efficiency() -> None:
     """A compute-bound grouped GEMM in the engine runs at `grouped_gemm_engine_rel_efficiency` (CDNA: AITER's fused
     MoE at 0.45 of the dense rate); a profile that states none prices the engine's like the training kernel."""
-    mi355x = load_hardware("mi355x")
+    mi355x = dataclasses.replace(load_hardware("mi355x"), grouped_gemm_overlap_norm=0.0)
     rows, hit, n, k = 64 * 4096.0, 64.0, 4096, 4096
 
     def compute_s(hw, engine: bool) -> float:
@@ -127,7 +149,7 @@ def test_a_sequential_expert_loop_pays_each_hit_expert() -> None:
 
 
 def test_grouped_wgrad_writes_each_hit_experts_gradient() -> None:
-    hw = dataclasses.replace(H100, grouped_gemm_fixed_s=0.0)
+    hw = dataclasses.replace(H100, grouped_gemm_fixed_s=0.0, grouped_gemm_overlap_norm=0.0)
     rows, hit, n, k = 8.0, 8.0, 4096, 4096  # memory bound: the gradients written dominate
     t = grouped_gemm_time_s(hw, rows, hit, n, k, "bf16", wgrad=True, out_bytes_per_element=4.0)
     assert t == pytest.approx((rows * (k + n) * 2.0 + hit * k * n * 4.0) / hbm_rate(hw))
