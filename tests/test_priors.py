@@ -31,8 +31,9 @@ def test_the_spreads_are_the_measured_ones() -> None:
     for check in ("bands_in_sample", "bands_leave_one_case_out"):
         for kind, v in measured[check].items():
             assert 0.7 <= v["coverage"] <= 0.9, (check, kind, v)
-    # a component priced from first principles and checked on hundreds of runs is known better than a guessed one
-    assert ZERO_SHOT_SIGMA_LOG[TRAIN] < ZERO_SHOT_SIGMA_LOG[ROLLOUT] < ZERO_SHOT_SIGMA_LOG[WEIGHT_UPDATE]
+    # training, priced from first principles and checked on hundreds of runs, is known better than the rollout
+    # engine and the weight update (each checked on tens of published figures, priced by mechanism)
+    assert ZERO_SHOT_SIGMA_LOG[TRAIN] < min(ZERO_SHOT_SIGMA_LOG[ROLLOUT], ZERO_SHOT_SIGMA_LOG[WEIGHT_UPDATE])
 
 
 @pytest.mark.parametrize(("case", "components"), [

@@ -165,6 +165,14 @@ class Stack(BaseModel):
         2.0, part="weight_update", gt=0,
         doc="the bytes per parameter the update gathers out of the trainer's shards (2: Megatron's BF16 "
             "parameters; 4: an FSDP/DTensor FP32 state dict)")
+    weight_update_assemble_bytes_per_s: float = knob(
+        0.0, part="weight_update", ge=0,
+        doc="the sender's full-tensor assembly and bucket packing, BF16 bytes per second (verl's checkpoint engines "
+            "build every full HF tensor on one rank before it is sent); 0: no such stage beyond the gather")
+    weight_update_apply_bytes_per_s: float = knob(
+        0.0, part="weight_update", ge=0,
+        doc="the engines' load of the received full tensors, BF16 bytes per second, after the transfer (verl's "
+            "receivers: update_weights_from_tensor per bucket); 0: inside the mechanism's own price")
     weight_update_pipelined: bool = knob(
         False, part="weight_update",
         doc="packing the next bucket overlaps the engine's loading of this one (NeMo-RL's refit stream), or buckets "

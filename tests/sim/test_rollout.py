@@ -286,8 +286,11 @@ def test_the_engine_prices_its_experts_with_the_grouped_gemm_at_the_engines_effi
     d, il, gated = cost.expert_shape
     hw, tokens, ep = cost.hw, 64.0, cost.geo.ep
     rows, hit = tokens * cost.top_k / ep, experts_hit(cost.num_experts, cost.top_k, tokens) / ep
-    expected = (grouped_gemm_time_s(hw, rows, hit, 2 * il if gated else il, d, cost.grouped_dtype, engine=True)
-                + grouped_gemm_time_s(hw, rows, hit, d, il, cost.grouped_dtype, engine=True)) * cost.compute_scale
+    local = cost.num_experts / ep  # each row routed at random over the local experts
+    expected = (grouped_gemm_time_s(hw, rows, hit, 2 * il if gated else il, d, cost.grouped_dtype, engine=True,
+                                    experts=local)
+                + grouped_gemm_time_s(hw, rows, hit, d, il, cost.grouped_dtype, engine=True, experts=local)
+                ) * cost.compute_scale
     assert cost.expert_layer_s(tokens) == pytest.approx(expected)
     dense = cost.gemm_s(tokens) - cost.n_moe * cost.expert_layer_s(tokens)
     assert dense > 0 and cost.expert_layer_s(0) == 0.0

@@ -51,7 +51,9 @@ rollout, 32 GB300 in one NVL72 domain, 8 TP4 engines).
   DSV4-Flash), but the measured 1 GiB runs stalled (41/533 buckets) - flagged in `risks`.
 
 Per framework (stack knobs): the gather's bytes per parameter (`weight_update_gather_bytes`: Megatron's BF16
-parameters, or verl's FP32 FSDP state dict) and whether buckets are pipelined (`weight_update_pipelined`: NeMo-RL
+parameters, or verl's FP32 FSDP state dict), a sender's software assembly of full tensors and the engines' apply
+of them over the network mechanisms (`weight_update_assemble_bytes_per_s`, `weight_update_apply_bytes_per_s`:
+verl's nccl checkpoint engine as its PR #6974 profile measured it) and whether buckets are pipelined (`weight_update_pipelined`: NeMo-RL
 packs bucket k+1 while the engine loads bucket k, so the per-bucket cost hides under the pipeline part; Miles runs
 them one after another). The per-bucket cost and pipeline rate are Miles' GB300 measurements for every framework:
 no other framework's bucket timings are published here (an assumption the note on issue 13 states).
@@ -394,6 +396,13 @@ def _transfer(scn: Scenario, wp: WeightUpdateParams, p: _Params, parts: dict[str
     parts["tensors_s"] = p.tensors * scn.stack.weight_update_tensor_s
     loading = parts["gather_s"] + parts["quantize_s"] + parts["convert_s"]
     parts["link_s"] = max(0.0, link - loading) if mode == "p2p" else link  # p2p: what the loading does not hide
+    # a stack's own software stages around the link (verl's checkpoint engines): the sender assembles and packs
+    # every full tensor, the engines load what arrived; one after the other per bucket, as its profile shows
+    st = scn.stack
+    parts["assemble_s"] = 2.0 * p.total / st.weight_update_assemble_bytes_per_s if (
+        network and st.weight_update_assemble_bytes_per_s > 0) else 0.0
+    parts["apply_s"] = 2.0 * p.total / st.weight_update_apply_bytes_per_s if (
+        network and st.weight_update_apply_bytes_per_s > 0) else 0.0
     return pipe_rate
 
 

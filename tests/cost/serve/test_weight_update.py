@@ -214,3 +214,19 @@ def test_the_stacks_multiplier_scales_every_part_and_nothing_after_the_rollout()
     assert all(scaled.parts[k] == pytest.approx(2.5 * v, rel=1e-12) for k, v in base.parts.items())
     assert scaled.total_s == pytest.approx(2.5 * base.total_s, rel=1e-12)
     assert scaled.after_rollout_s == pytest.approx(base.after_rollout_s, rel=1e-12)  # the onload: a host copy
+
+
+def test_verls_sender_assembles_and_its_engines_apply_every_full_tensor():
+    """verl's nccl checkpoint engine (its PR #6974 profile): the sender's full-tensor assembly and packing and the
+    engines' apply, each at its stack rate over the BF16 model, on top of the broadcast; Miles has neither stage."""
+    scn = build_scenario(load_case(WU_CASES / "verl-h100-qwen2.5-7b-wu-nccl.yaml"))
+    r = weight_update_time(scn)
+    bf16 = 2.0 * _params(scn).total
+    assert r.parts["assemble_s"] == pytest.approx(bf16 / 9.2e9) and r.parts["apply_s"] == pytest.approx(bf16 / 12.7e9)
+    assert 1.4 < r.parts["assemble_s"] < 1.9 and r.parts["apply_s"] == pytest.approx(1.2, rel=0.02)  # the profile's
+    none = weight_update_time(dataclasses.replace(scn, stack=scn.stack.with_knobs(
+        {"weight_update_assemble_bytes_per_s": 0.0, "weight_update_apply_bytes_per_s": 0.0}, source="test")))
+    assert none.parts["assemble_s"] == none.parts["apply_s"] == 0
+    assert r.total_s == pytest.approx(none.total_s + r.parts["assemble_s"] + r.parts["apply_s"])
+    miles = weight_update_time(build_scenario(load_case(WU_CASES / "miles-h100-qwen3-30b-a3b-wu-nccl.yaml")))
+    assert miles.parts["assemble_s"] == miles.parts["apply_s"] == 0
