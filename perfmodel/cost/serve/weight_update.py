@@ -53,10 +53,11 @@ rollout, 32 GB300 in one NVL72 domain, 8 TP4 engines).
 Per framework (stack knobs): the gather's bytes per parameter (`weight_update_gather_bytes`: Megatron's BF16
 parameters, or verl's FP32 FSDP state dict), a sender's software assembly of full tensors and the engines' apply
 of them over the network mechanisms (`weight_update_assemble_bytes_per_s`, `weight_update_apply_bytes_per_s`:
-verl's nccl checkpoint engine as its PR #6974 profile measured it) and whether buckets are pipelined (`weight_update_pipelined`: NeMo-RL
-packs bucket k+1 while the engine loads bucket k, so the per-bucket cost hides under the pipeline part; Miles runs
-them one after another). The per-bucket cost and pipeline rate are Miles' GB300 measurements for every framework:
-no other framework's bucket timings are published here (an assumption the note on issue 13 states).
+verl's nccl checkpoint engine as its PR #6974 profile measured it) and whether buckets are pipelined
+(`weight_update_pipelined`: NeMo-RL packs bucket k+1 while the engine loads bucket k, so the per-bucket cost hides
+under the pipeline part; Miles runs them one after another). The per-bucket cost and pipeline rate are Miles' GB300
+measurements for every framework: no other framework's bucket timings are published here (an assumption the note on
+issue 13 states).
 
 Not modelled: the LoRA adapter path,
 delta updates, NCCL group setup on the first update (cold updates are
