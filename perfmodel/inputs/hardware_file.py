@@ -108,7 +108,7 @@ class GroupedGemmFile(_Strict):
     per_expert_s: NonNegative  # per expert that gets rows: a sequential per-expert loop's launch; 0 when fused
     tile_rows: Positive  # an expert's rows run in tiles of this many (padding): the engine's fused MoE kernel
     train_tile_rows: Positive | None = None  # the training grouped GEMM's row tile; default: tile_rows
-    overlap_norm: Positive | None = None  # compute and weight stream combined as a p-norm; default: max (overlap)
+    overlap_norm: NonNegative | None = None  # compute and memory time combined as a p-norm; 0 or absent: their max
 
 
 class EPKernelFile(_Strict):
