@@ -20,7 +20,8 @@ The Miles sequence (docs/reference/dsv4-flash-and-miles.md section 2.6) and how 
      the IPC path's bucket costs (checked on Miles' and NeMo-RL's H100 figures, studies/validation/weight-update);
    - reshard (NeMo-RL `nccl_reshard`): every training rank sends its own shard, once per engine, to the engine
      ranks holding that slice; the busier of a receiver and a sender sets the link; a fixed cost and a per-tensor
-     cost from NeMo-RL's own H100 table (`RESHARD_RUNS`); no gather;
+     cost from NeMo-RL's own H100 table (`RESHARD_RUNS`), more per tensor FP8 end to end (`RESHARD_FP8_TENSOR_S`,
+     cost/serve/refit_anchors.py); no gather;
    - p2p (RDMA writes: Miles P2P, NIXL): each engine rank's own shard from one source rank; every source converts
      every HF tensor (`P2P_TENSOR_S`, below), the writes of one buffer hidden under the loading of the next;
    - disk: write the checkpoint, every engine reads it (documented disk bandwidths, no buckets).
@@ -79,6 +80,15 @@ from perfmodel.cost.compute import hbm_rate
 from perfmodel.cost.dtypes import FP8_BLOCK_WEIGHT_BYTES
 from perfmodel.cost.memory.rollout import memoized_rollout_memory
 from perfmodel.cost.memory.training import memoized_training_memory
+from perfmodel.cost.serve.refit_anchors import (  # noqa: F401  (re-exported: the tests and the study read them here)
+    MODEL_END_TENSORS,
+    RESHARD_FIXED_S,
+    RESHARD_FP8_TENSOR_S,
+    RESHARD_RUNS,
+    RESHARD_TENSOR_S,
+    hf_tensors,
+    layer_tensors,
+)
 from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.inputs.keys import Reads, scenario_key
@@ -143,24 +153,6 @@ DISK_READ_BYTES_PER_S = 20.0e9
 # ---------------------------------------------------------------------------------------------------------------
 # P2P (RDMA writes to each engine rank, Miles `--update-weight-transfer-mode p2p`): the sources' host work per tensor
 
-# HF tensors a decoder layer hands to the engine's weight loader: the attention projections (q, k, v, o; MLA's
-# q_a/q_b/kv_a/kv_b/o count alike) and two norms; a dense MLP's gate, up and down, or a router plus three per
-# routed and shared expert (HF checkpoint naming: model.layers.N.mlp.experts.E.{gate,up,down}_proj).
-ATTENTION_TENSORS, NORM_TENSORS, MLP_TENSORS = 4, 2, 3
-MODEL_END_TENSORS = 3  # embedding, final norm, LM head
-
-
-def layer_tensors(experts: int) -> int:
-    """HF tensors of one decoder layer: a dense MLP's when `experts` is 0, else a router and each expert's
-    (`experts`: routed + shared)."""
-    return ATTENTION_TENSORS + NORM_TENSORS + (MLP_TENSORS * experts + 1 if experts else MLP_TENSORS)
-
-
-def hf_tensors(layers: int, dense_layers: int, experts: int) -> int:
-    """HF tensors of a decoder-only model counted as `_params` counts them (`experts`: routed + shared)."""
-    return MODEL_END_TENSORS + dense_layers * layer_tensors(0) + (layers - dense_layers) * layer_tensors(experts)
-
-
 P2P_RUNS: tuple[tuple[str, int, float, str], ...] = (
     ("Kimi-K2 1T-A32B", hf_tensors(61, 1, 385), 7.2273 - 0.884,
      "RDMA 7,227.3 ms less the ~884 ms post_load_weights requantization the doc says it includes; train TP8 PP8 "
@@ -189,26 +181,6 @@ def _p2p_tensor_s(runs: tuple[tuple[str, int, float, str], ...] = P2P_RUNS) -> f
 
 P2P_TENSOR_S = _p2p_tensor_s()
 
-# NeMo-RL `nccl_reshard` (docs/design-docs/nccl-reshard-refit.md, H100 table, BF16): every training rank sends its
-# own shard to the engine ranks that hold that slice (no gather, no full tensor anywhere). Rows that set the
-# per-tensor and fixed costs: (model, HF tensors, measured s (the middle of the published range), the link time of
-# its bytes on its H100s: max(received per engine GPU, sent per training GPU) / (50 GB/s x 0.8)).
-RESHARD_RUNS: tuple[tuple[str, int, float, float], ...] = (
-    ("Qwen3-4B DP8 -> TP8", hf_tensors(36, 36, 0), 0.275, 8.04e9 / 8 / 40e9),  # '0.21-0.34s'
-    ("Qwen3-30B-A3B EP8xPP2 -> TP8xDP2", hf_tensors(48, 0, 128), 0.87, 61.1e9 / 8 / 40e9),  # '0.74-1.00s'
-)
-"""Two equations, T - link = fixed + tensors x per-tensor: 23 us per HF tensor (the sources' naming and slicing)
-and 0.24 s fixed (everything fixed its timer holds). Its other rows are validation cases
-(studies/validation/weight-update: FP8 Qwen3-30B-A3B, DeepSeek-V3 on H100 and GB200), not inputs."""
-
-
-def _reshard_fit(runs: tuple[tuple[str, int, float, float], ...] = RESHARD_RUNS) -> tuple[float, float]:
-    (_, n1, t1, l1), (_, n2, t2, l2) = runs[:2]
-    per_tensor = ((t2 - l2) - (t1 - l1)) / (n2 - n1)
-    return (t1 - l1) - n1 * per_tensor, per_tensor
-
-
-RESHARD_FIXED_S, RESHARD_TENSOR_S = _reshard_fit()
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,7 +365,10 @@ def _transfer(scn: Scenario, wp: WeightUpdateParams, p: _Params, parts: dict[str
     # pipelined buckets (NeMo-RL's refit stream): a bucket's fixed cost hides under the next one's packing
     parts["bucket_fixed_s"] = (max(0.0, bucket_fixed - parts["pipeline_s"]) if scn.stack.weight_update_pipelined
                                else bucket_fixed)
-    parts["convert_s"] = p.tensors * {"p2p": wp.p2p_tensor_s, "reshard": RESHARD_TENSOR_S}.get(mode, 0.0)
+    per_tensor = {"p2p": wp.p2p_tensor_s, "reshard": RESHARD_TENSOR_S}.get(mode, 0.0)
+    if mode == "reshard" and scn.run.rl.rollout.precision == "fp8":  # FP8 end to end: NeMo-RL's slower FP8 path
+        per_tensor += RESHARD_FP8_TENSOR_S
+    parts["convert_s"] = p.tensors * per_tensor
     parts["tensors_s"] = p.tensors * scn.stack.weight_update_tensor_s
     loading = parts["gather_s"] + parts["quantize_s"] + parts["convert_s"]
     parts["link_s"] = max(0.0, link - loading) if mode == "p2p" else link  # p2p: what the loading does not hide

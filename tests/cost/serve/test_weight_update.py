@@ -230,3 +230,24 @@ def test_verls_sender_assembles_and_its_engines_apply_every_full_tensor():
     assert r.total_s == pytest.approx(none.total_s + r.parts["assemble_s"] + r.parts["apply_s"])
     miles = weight_update_time(build_scenario(load_case(WU_CASES / "miles-h100-qwen3-30b-a3b-wu-nccl.yaml")))
     assert miles.parts["assemble_s"] == miles.parts["apply_s"] == 0
+
+
+def test_an_fp8_reshard_pays_the_fp8_paths_extra_time_per_tensor():
+    """NeMo-RL's FP8 reshard, priced from its PR's BF16/FP8 pair on one mapping (neither a case): the same run with
+    a BF16 rollout pays RESHARD_TENSOR_S per HF tensor, FP8 RESHARD_FP8_TENSOR_S more; about 127 us."""
+    from perfmodel.cost.serve.refit_anchors import RESHARD_FP8_PAIR, RESHARD_FP8_TENSOR_S
+
+    assert RESHARD_FP8_TENSOR_S == pytest.approx((3.75 - 1.365) / RESHARD_FP8_PAIR[0]) and \
+        100e-6 < RESHARD_FP8_TENSOR_S < 150e-6
+    case = load_case(WU_CASES / "nemorl-h100-qwen3-30b-a3b-fp8-wu-reshard.yaml")
+    fp8 = weight_update_time(build_scenario(case))
+    data = case.model_dump(mode="json", by_alias=True)
+    data["rl"]["rollout"]["precision"] = "bf16"
+    from perfmodel.inputs.case import ValidationCase
+    from perfmodel.inputs.loading import parse
+
+    scn = build_scenario(parse(ValidationCase, data, "test"))
+    bf16 = weight_update_time(scn)
+    tensors = _params(scn).tensors
+    assert bf16.parts["convert_s"] == pytest.approx(tensors * RESHARD_TENSOR_S)
+    assert fp8.parts["convert_s"] == pytest.approx(tensors * (RESHARD_TENSOR_S + RESHARD_FP8_TENSOR_S))
