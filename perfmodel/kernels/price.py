@@ -264,7 +264,7 @@ def _grouped_terms(row: KernelRow, hw: HardwareProfile, engine: bool) -> list[Te
             (f"row tile ({'engine' if engine else 'training'} kernel)", tile, "rows"),
             (f"rows in whole tiles ({routing} routing)", padded, ""),
             ("rate relative to the dense curve's max", rel, ""),
-            ("compute and memory as a p-norm: p (0: max)", hw.grouped_gemm_overlap_norm, ""),
+            ("compute, memory as p-norm: p (0: max)", hw.grouped_gemm_overlap_norm, ""),
             ("fixed time per kernel", hw.grouped_gemm_fixed_s * 1e6, "us")]
 
 
