@@ -372,13 +372,14 @@ def _transfer(scn: Scenario, wp: WeightUpdateParams, p: _Params, parts: dict[str
     parts["tensors_s"] = p.tensors * scn.stack.weight_update_tensor_s
     loading = parts["gather_s"] + parts["quantize_s"] + parts["convert_s"]
     parts["link_s"] = max(0.0, link - loading) if mode == "p2p" else link  # p2p: what the loading does not hide
-    # a stack's own software stages around the link (verl's checkpoint engines): the sender assembles and packs
-    # every full tensor, the engines load what arrived; one after the other per bucket, as its profile shows
-    st = scn.stack
+    # a stack's own software stages around the link (verl's checkpoint engines, which funnel full tensors through
+    # one rank: verl RFC #7262): the sender assembles and packs every full tensor, the engines load what arrived;
+    # one after the other per bucket, as its profile shows. A reshard sends shards as they are: neither stage.
+    st, full_tensors = scn.stack, mode in ("broadcast", "p2p")
     parts["assemble_s"] = 2.0 * p.total / st.weight_update_assemble_bytes_per_s if (
-        network and st.weight_update_assemble_bytes_per_s > 0) else 0.0
+        full_tensors and st.weight_update_assemble_bytes_per_s > 0) else 0.0
     parts["apply_s"] = 2.0 * p.total / st.weight_update_apply_bytes_per_s if (
-        network and st.weight_update_apply_bytes_per_s > 0) else 0.0
+        full_tensors and st.weight_update_apply_bytes_per_s > 0) else 0.0
     return pipe_rate
 
 
