@@ -9,6 +9,7 @@ import gc
 import itertools
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -354,13 +355,35 @@ def _run_on_processes(workers: int, chunks: Iterator[list[tuple[int, dict[str, A
         while pending and not signals.held:
             pending = _take_finished(pending, take)
         if signals.held:
-            for f in pending:
-                f.cancel()
-            for proc in list((pool._processes or {}).values()):  # no public way to stop a running chunk
-                proc.kill()
-            _release_call_queue(pool)
-            pool.shutdown(wait=True, cancel_futures=True)
+            with _quiet_cancelled_futures():
+                for f in pending:
+                    f.cancel()
+                for proc in list((pool._processes or {}).values()):  # no public way to stop a running chunk
+                    proc.kill()
+                _release_call_queue(pool)
+                pool.shutdown(wait=True, cancel_futures=True)
     gc.unfreeze()
+
+
+@contextlib.contextmanager
+def _quiet_cancelled_futures() -> Iterator[None]:
+    """While an interrupted pool shuts down: the pool's manager thread, finding its workers killed, marks every
+    pending chunk broken, and on Python 3.11 raises InvalidStateError for a chunk already cancelled (a race with the
+    cancel above; CPython 3.12 skips those), which the thread's excepthook printed as a traceback to the user.
+    Nothing is lost: those chunks were not to be run. Any other exception in any thread is reported as before."""
+    from concurrent.futures import InvalidStateError
+
+    before = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not issubclass(args.exc_type, InvalidStateError):
+            before(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = before
 
 
 def _release_call_queue(pool: ProcessPoolExecutor) -> None:

@@ -9,13 +9,8 @@ import dataclasses
 import pytest
 
 from perfmodel.cost.serve.engine import EngineCost
-from perfmodel.cost.serve.weight_update import (
-    ATTENTION_TENSORS,
-    MLP_TENSORS,
-    MODEL_END_TENSORS,
-    NORM_TENSORS,
-    weight_update_time,
-)
+from perfmodel.cost.serve.refit_anchors import ATTENTION_TENSORS, MLP_TENSORS, MODEL_END_TENSORS, NORM_TENSORS
+from perfmodel.cost.serve.weight_update import weight_update_time
 from perfmodel.cost.train.moe import MoEAssumptions
 from perfmodel.cost.train.stage import chunk_cost, optimizer_step_s
 from perfmodel.inputs.plan import load_plan

@@ -175,3 +175,32 @@ def test_a_folder_cut_short_outside_the_tools_is_not_read_as_whole(tmp_path: Pat
     (out / "candidates.csv").write_text("".join(lines[: len(lines) // 3]))  # whole lines: it parses
     with pytest.raises(InputError, match="incomplete"):
         load_sweep(out)
+
+
+def test_an_interrupted_pools_cancelled_chunks_raise_nothing_at_the_user_and_other_errors_still_show() -> None:
+    """On Python 3.11 the pool's manager thread, finding its workers killed, raises InvalidStateError for a chunk the
+    interrupt already cancelled (seen once in CI as a traceback under a SIGTERM): inside the shutdown that is
+    swallowed; any other exception of any thread is still handed to the previous hook, and the hook comes back."""
+    import threading
+    from concurrent.futures import InvalidStateError
+
+    from perfmodel.sweep.run import _quiet_cancelled_futures
+
+    seen: list[type] = []
+    before = threading.excepthook
+    threading.excepthook = lambda args: seen.append(args.exc_type)
+    try:
+        def raise_(exc: BaseException) -> None:
+            raise exc
+
+        with _quiet_cancelled_futures():
+            for exc in (InvalidStateError("CANCELLED"), ValueError("a real error")):
+                t = threading.Thread(target=raise_, args=(exc,))
+                t.start()
+                t.join()
+        outside = threading.Thread(target=raise_, args=(InvalidStateError("after"),))
+        outside.start()
+        outside.join()
+    finally:
+        threading.excepthook = before
+    assert seen == [ValueError, InvalidStateError]

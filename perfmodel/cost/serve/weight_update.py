@@ -80,11 +80,10 @@ from perfmodel.cost.compute import hbm_rate
 from perfmodel.cost.dtypes import FP8_BLOCK_WEIGHT_BYTES
 from perfmodel.cost.memory.rollout import memoized_rollout_memory
 from perfmodel.cost.memory.training import memoized_training_memory
-from perfmodel.cost.serve.refit_anchors import (  # noqa: F401  (re-exported: the tests and the study read them here)
+from perfmodel.cost.serve.refit_anchors import (
     MODEL_END_TENSORS,
     RESHARD_FIXED_S,
     RESHARD_FP8_TENSOR_S,
-    RESHARD_RUNS,
     RESHARD_TENSOR_S,
     hf_tensors,
     layer_tensors,

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from perfmodel.cost.comm import send_recv_s
+from perfmodel.cost.serve.refit_anchors import RESHARD_FIXED_S, RESHARD_RUNS, RESHARD_TENSOR_S, hf_tensors
 from perfmodel.cost.serve.weight_update import (
     GB300_BUCKET_RUNS,
     MIB,
@@ -16,14 +17,10 @@ from perfmodel.cost.serve.weight_update import (
     PER_BUCKET_S,
     PIPELINE_BYTES_PER_S,
     POST_PROCESS_FIXED_S,
-    RESHARD_FIXED_S,
-    RESHARD_RUNS,
-    RESHARD_TENSOR_S,
     RESUME_S,
     WeightUpdateParams,
     _params,
     bucket_fit,
-    hf_tensors,
     weight_update_time,
 )
 from perfmodel.errors import InputError
