@@ -9,7 +9,6 @@ import gc
 import itertools
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -355,35 +354,19 @@ def _run_on_processes(workers: int, chunks: Iterator[list[tuple[int, dict[str, A
         while pending and not signals.held:
             pending = _take_finished(pending, take)
         if signals.held:
-            with _quiet_cancelled_futures():
-                for f in pending:
-                    f.cancel()
-                for proc in list((pool._processes or {}).values()):  # no public way to stop a running chunk
-                    proc.kill()
-                _release_call_queue(pool)
-                pool.shutdown(wait=True, cancel_futures=True)
+            stop_pool(pool)
     gc.unfreeze()
 
 
-@contextlib.contextmanager
-def _quiet_cancelled_futures() -> Iterator[None]:
-    """While an interrupted pool shuts down: the pool's manager thread, finding its workers killed, marks every
-    pending chunk broken, and on Python 3.11 raises InvalidStateError for a chunk already cancelled (a race with the
-    cancel above; CPython 3.12 skips those), which the thread's excepthook printed as a traceback to the user.
-    Nothing is lost: those chunks were not to be run. Any other exception in any thread is reported as before."""
-    from concurrent.futures import InvalidStateError
-
-    before = threading.excepthook
-
-    def hook(args: threading.ExceptHookArgs) -> None:
-        if not issubclass(args.exc_type, InvalidStateError):
-            before(args)
-
-    threading.excepthook = hook
-    try:
-        yield
-    finally:
-        threading.excepthook = before
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """An interrupted pool's stop: kill the workers and let the pool fail what is pending, its manager thread
+    marking every pending chunk broken and cleaning up. Cancelling the chunks here first raced with that on Python
+    3.11 (InvalidStateError for a chunk cancelled under it: a traceback, and the thread's cleanup cut short);
+    shutdown's cancel_futures does it in that thread, in order."""
+    for proc in list((pool._processes or {}).values()):  # no public way to stop a running chunk
+        proc.kill()
+    _release_call_queue(pool)
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _release_call_queue(pool: ProcessPoolExecutor) -> None:

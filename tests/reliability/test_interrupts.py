@@ -177,30 +177,30 @@ def test_a_folder_cut_short_outside_the_tools_is_not_read_as_whole(tmp_path: Pat
         load_sweep(out)
 
 
-def test_an_interrupted_pools_cancelled_chunks_raise_nothing_at_the_user_and_other_errors_still_show() -> None:
-    """On Python 3.11 the pool's manager thread, finding its workers killed, raises InvalidStateError for a chunk the
-    interrupt already cancelled (seen once in CI as a traceback under a SIGTERM): inside the shutdown that is
-    swallowed; any other exception of any thread is still handed to the previous hook, and the hook comes back."""
-    import threading
-    from concurrent.futures import InvalidStateError
+def _sleep(x: int) -> int:
+    time.sleep(5)
+    return x
 
-    from perfmodel.sweep.run import _quiet_cancelled_futures
+
+def test_an_interrupted_pool_stops_cleanly_with_chunks_pending() -> None:
+    """The pool's stop (`stop_pool`) with chunks running and queued: no thread raises (Python 3.11's manager thread
+    raised InvalidStateError for chunks cancelled under it, 2 runs in 5 of this sequence, a traceback a CI run's
+    SIGTERM test saw), every chunk ends failed or cancelled, none is left to run."""
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+
+    from perfmodel.sweep.run import stop_pool
 
     seen: list[type] = []
     before = threading.excepthook
     threading.excepthook = lambda args: seen.append(args.exc_type)
     try:
-        def raise_(exc: BaseException) -> None:
-            raise exc
-
-        with _quiet_cancelled_futures():
-            for exc in (InvalidStateError("CANCELLED"), ValueError("a real error")):
-                t = threading.Thread(target=raise_, args=(exc,))
-                t.start()
-                t.join()
-        outside = threading.Thread(target=raise_, args=(InvalidStateError("after"),))
-        outside.start()
-        outside.join()
+        for _ in range(5):
+            pool = ProcessPoolExecutor(2)
+            futures = [pool.submit(_sleep, i) for i in range(12)]
+            time.sleep(0.3)
+            stop_pool(pool)
+            assert all(f.done() and (f.cancelled() or f.exception() is not None) for f in futures)
     finally:
         threading.excepthook = before
-    assert seen == [ValueError, InvalidStateError]
+    assert seen == []
