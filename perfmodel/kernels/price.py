@@ -25,7 +25,7 @@ from perfmodel.cost.compute import (
     rows_hit_experts,
 )
 from perfmodel.cost.dispatch import Dispatch, dispatch_s
-from perfmodel.cost.serve.engine import KERNEL_FLOOR_S, engine_rates, expert_layer_s, experts_hit, gqa_kv_entry
+from perfmodel.cost.serve.engine import KERNEL_FLOOR_S, engine_rates, expert_layer_s, expert_rows, gqa_kv_entry
 from perfmodel.cost.train.attention import flash_core
 from perfmodel.cost.train.work import ACT_BYTES
 from perfmodel.inputs.hardware import HardwareProfile
@@ -252,8 +252,7 @@ def _grouped_terms(row: KernelRow, hw: HardwareProfile, engine: bool) -> list[Te
     the tiles they fill (each expert's random share, or spread evenly for a balanced table's row)."""
     rows, _, _, local, tokens = _moe_shape(row)
     if engine:  # engine.expert_layer_s's count: uniform top-k over all experts, an EP rank's share
-        local, hit = row.get("experts") / row.get("ep"), experts_hit(row.get("experts"), row.get("topk"), tokens)
-        hit /= row.get("ep")
+        rows, hit, local = expert_rows(tokens, row.get("topk"), row.get("experts"), row.get("ep"))
     else:
         hit = rows_hit_experts(local, rows)
     routing = "random" if row.get("random_routing") else "balanced"

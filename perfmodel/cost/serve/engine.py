@@ -222,6 +222,12 @@ def experts_hit(experts: int, top_k: int, tokens: float) -> float:
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
+def expert_rows(tokens: float, top_k: int, experts: int, ep: int) -> tuple[float, float, float]:
+    """One engine GPU's share of an MoE layer: its expert rows (`tokens` x top-k over `ep` ranks), the experts
+    they hit (uniform top-k, the rank's share) and its local experts."""
+    return tokens * top_k / ep, experts_hit(experts, top_k, tokens) / ep, experts / ep
+
+
 def expert_layer_s(hw: HardwareProfile, tokens: float, top_k: int, experts: int, ep: int, hidden: int,
                    intermediate: float, gated: bool, dtype: str, balanced: bool = False) -> float:
     """One MoE layer's gate-up and down grouped GEMMs on one engine GPU: `tokens` x top-k rows spread over `ep`
@@ -229,10 +235,9 @@ def expert_layer_s(hw: HardwareProfile, tokens: float, top_k: int, experts: int,
     routed at random (`balanced`: evenly over the hit experts, as a balanced benchmark routes them)."""
     if tokens <= 0:
         return 0.0
-    rows = tokens * top_k / ep
-    hit = experts_hit(experts, top_k, tokens) / ep
+    rows, hit, local = expert_rows(tokens, top_k, experts, ep)
     up = 2.0 * intermediate if gated else intermediate
-    local = 0.0 if balanced else experts / ep
+    local = 0.0 if balanced else local
     return (grouped_gemm_time_s(hw, rows, hit, up, hidden, dtype, engine=True, experts=local)
             + grouped_gemm_time_s(hw, rows, hit, hidden, intermediate, dtype, engine=True, experts=local))
 

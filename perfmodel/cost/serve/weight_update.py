@@ -375,10 +375,9 @@ def _transfer(scn: Scenario, wp: WeightUpdateParams, p: _Params, parts: dict[str
     # one rank: verl RFC #7262): the sender assembles and packs every full tensor, the engines load what arrived;
     # one after the other per bucket, as its profile shows. A reshard sends shards as they are: neither stage.
     st, full_tensors = scn.stack, mode in ("broadcast", "p2p")
-    parts["assemble_s"] = 2.0 * p.total / st.weight_update_assemble_bytes_per_s if (
-        full_tensors and st.weight_update_assemble_bytes_per_s > 0) else 0.0
-    parts["apply_s"] = 2.0 * p.total / st.weight_update_apply_bytes_per_s if (
-        full_tensors and st.weight_update_apply_bytes_per_s > 0) else 0.0
+    for part, rate in (("assemble_s", st.weight_update_assemble_bytes_per_s),
+                       ("apply_s", st.weight_update_apply_bytes_per_s)):
+        parts[part] = 2.0 * p.total / rate if full_tensors and rate > 0 else 0.0
     return pipe_rate
 
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from executor.backends.local.kernel_profile import StepProfile
 from executor.bench_kernels import compute
+from executor.bench_kernels.config import Grid
 from executor.bench_kernels.timing import time_calls
 from perfmodel.kernels.table import read_table
 
@@ -53,19 +54,18 @@ def step(layers: list[dict[str, torch.Tensor]], gqa: bool) -> None:
 
 
 def _alone_s(op: str, shape: dict[str, int]) -> float:
-    """The shape timed alone as `executor bench-kernels` times it."""
+    """The shape timed alone as `executor bench-kernels` times it (its own case, inputs and rotation)."""
     if op == "gemm":
-        m, n, k = shape["m"], shape["n"], shape["k"]
-        values: tuple[int, ...] = (m, n, k)
-        setup = lambda: compute._bf16_setup(m, n, k, "cuda")  # noqa: E731
-        nbytes = 2 * (m * k + n * k)
+        grid = Grid(gemm_m=(shape["m"],), gemm_nk=((shape["n"], shape["k"]),), prefill=(), decode=(), moe=(),
+                    message_bytes=(), budget_per_shape_s=0.2)
+        (case,) = compute.gemm_cases(grid, "cuda")
     else:
-        b, s, h, kv, d = (shape[key] for key in ("batch", "seq", "heads", "kv_heads", "head_dim"))
-        values = (b, s, h, kv, d)
-        setup = lambda: compute._attention_setup(b, s, s, h, kv, d, "cuda", compute.sdpa_has_gqa())  # noqa: E731
-        nbytes = 2 * b * d * s * (h + 2 * kv)
-    case = compute.Case(op, compute.shape_of(op, values), "bf16", setup, input_bytes=nbytes)
-    return time_calls(compute.rotating(case, "cuda"), torch.cuda.synchronize, 0.2, graph=True).median_s
+        prefill = tuple(shape[key] for key in ("batch", "seq", "heads", "kv_heads", "head_dim"))
+        grid = Grid(gemm_m=(), gemm_nk=(), prefill=(prefill,), decode=(), moe=(), message_bytes=(),
+                    budget_per_shape_s=0.2)
+        (case,) = compute.attention_cases(grid, "cuda", ("attention_prefill",))
+    return time_calls(compute.rotating(case, "cuda"), torch.cuda.synchronize, grid.budget_per_shape_s,
+                      graph=True).median_s
 
 
 def main(out: Path) -> None:
