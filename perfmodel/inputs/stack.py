@@ -21,10 +21,10 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from perfmodel.errors import InputError
-from perfmodel.inputs.loading import parse, read_mapping
+from perfmodel.inputs.loading import first_error, parse, read_mapping
 
 AttentionKernel = Literal["flash", "materialized"]
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
@@ -428,5 +428,7 @@ def _resolve_stack(requested: str | None, options: StackOptions | None, source: 
     try:
         return Stack(id=used, requested=name, **values, ignored_options=tuple(ignored), notes=tuple(notes),
                      sources=sources)
+    except ValidationError as err:  # a knob out of its bounds: named with its bound, as any field of a file is
+        raise first_error(err, source, "stack_options", Stack) from None
     except ValueError as err:
         raise InputError(source, "stack_options", " ".join(str(err).split())[:200]) from None

@@ -89,3 +89,12 @@ def test_every_shipped_case_names_a_stack_it_resolves_without_fallback() -> None
         assert case.stack, f"{path.name}: no stack"
         s = resolve_stack(case.stack, case.stack_options, str(path))
         assert s.notes == () or s.ignored_options, f"{path.name}: {s.notes}"
+
+
+@pytest.mark.parametrize("knob", ["weight_update_apply_bytes_per_s", "weight_update_tensor_s"])
+def test_a_stack_option_out_of_its_bounds_is_named_with_its_bound(knob: str) -> None:
+    """A stated option below a knob's bound: one line naming stack_options.<knob>, the bound and the value given
+    (it was pydantic's whole multi-line report, squeezed)."""
+    with pytest.raises(InputError) as err:
+        resolve_stack("verl", StackOptions(**{knob: -5}), "case.yaml")
+    assert str(err.value) == f"case.yaml: stack_options.{knob}: Input should be greater than or equal to 0 (got -5)"
