@@ -118,6 +118,7 @@ def gemm_time_s(
     out_bytes_per_element: float = 2.0,
     quantize: bool = True,
     one_kernel: bool = False,
+    rel_efficiency: float = 1.0,
 ) -> float:
     """Time of `batch` same-shape GEMMs [m, k] @ [k, n]: each kernel's fixed time (the curve's
     half_flops / (peak(dtype) x max_efficiency)), then the longer of its FLOPs at the large-GEMM rate and its bytes
@@ -129,6 +130,7 @@ def gemm_time_s(
     (studies/kernels/h200/tables/gemm.csv; aiconfigurator-core's H200 rows of the same shapes agree within 7%). A
     low-precision GEMM adds the cast of its A operand (`quantize_hbm_bytes`) unless `quantize` is False: training
     prices its FP8 casts per recipe as kernels of the layer's Work (`cost/train/layers.py::fp8_cast_work`).
+    `rel_efficiency` scales the compute rate (a recipe's kernel vs the dtype's curve: `train_fp8_gemm_rel`).
     """
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
@@ -136,10 +138,17 @@ def gemm_time_s(
     large_rate = gemm_rate(hw, dtype)
     fixed = (1 if one_kernel else batch) * hw.gemm_curve(dtype).half_flops / large_rate
     nbytes = gemm_hbm_bytes(m, n, k, dtype, batch, out_bytes_per_element)
-    t = fixed + max(one * batch / large_rate, memory_bound_time_s(hw, nbytes))
+    t = fixed + max(one * batch / (large_rate * rel_efficiency), memory_bound_time_s(hw, nbytes))
     if quantize and dtype in LOW_PRECISION:  # the cast of A is its own kernel before the GEMM: it cannot hide under it
         t += memory_bound_time_s(hw, quantize_hbm_bytes(m, k, dtype, batch), kernels=1)
     return t
+
+
+def train_fp8_gemm_rel(hw: HardwareProfile, fp8_recipe: str) -> float:
+    """A training FP8 GEMM kernel's rate under `fp8_recipe` relative to per-tensor FP8 (the fp8 curve): MXFP8's
+    block-scaled kernels at the profile's `train_gemm_mxfp8_rel_efficiency`, every other recipe at 1 (its casts
+    are priced apart, cost/train/layers.py fp8_cast_work)."""
+    return hw.train_gemm_mxfp8_rel_efficiency if fp8_recipe == "mxfp8" else 1.0
 
 
 ENGINE_RECIPES = ("bf16", "fp8", "fp8_block", "fp4")
@@ -257,6 +266,7 @@ def grouped_gemm_time_s(
     out_bytes_per_element: float = 2.0,
     engine: bool = False,
     experts: float = 0.0,
+    rel_efficiency: float = 1.0,
 ) -> float:
     """One grouped GEMM kernel over an MoE layer's local experts: `rows` expert rows in all over the `experts_hit`
     experts that received any (experts without rows cost nothing: no weight read, no tile), each
@@ -273,12 +283,13 @@ def grouped_gemm_time_s(
     each hit expert's weight (or weight gradient) once and the activations in and out. A fixed
     `grouped_gemm_fixed_s` per kernel, plus `grouped_gemm_per_expert_s` per hit expert where experts run one GEMM
     each (a sequential loop: 0 for a fused grouped kernel). `engine`: the inference engine's fused MoE kernel, at
-    `grouped_gemm_engine_rel_efficiency` (a kernel family of its own)."""
+    `grouped_gemm_engine_rel_efficiency` (a kernel family of its own); `rel_efficiency` scales the compute rate
+    as in gemm_time_s."""
     if rows <= 0 or n <= 0 or k <= 0 or experts_hit <= 0:
         return 0.0
     _, padded_rows = grouped_tile_rows(hw, rows, experts_hit, engine, experts)
     rel = hw.grouped_gemm_engine_rel_efficiency if engine else hw.grouped_gemm_rel_efficiency
-    rate = hw.peak(dtype) * hw.gemm_curve(dtype).max_efficiency * rel
+    rate = hw.peak(dtype) * hw.gemm_curve(dtype).max_efficiency * rel * rel_efficiency
     compute = gemm_flops(padded_rows, n, k) / rate
     q = dtype_bytes(dtype)
     if wgrad:  # reads X [rows, k] and dY [rows, n], writes each hit expert's [k, n] gradient

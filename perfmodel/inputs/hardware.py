@@ -92,6 +92,7 @@ class HardwareProfile:
     engine_gemm_fp8_rel_efficiency: float
     engine_gemm_fp8_block_rel_efficiency: float
     engine_gemm_fp4_rel_efficiency: float
+    train_gemm_mxfp8_rel_efficiency: float  # an MXFP8 training GEMM's rate vs per-tensor FP8's
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def peak(self, dtype: str) -> float:
@@ -144,6 +145,7 @@ class HardwareProfile:
         "engine_gemm_fp8_rel_efficiency",
         "engine_gemm_fp8_block_rel_efficiency",
         "engine_gemm_fp4_rel_efficiency",
+        "train_gemm_mxfp8_rel_efficiency",
     )
 
     def calibration_params(self) -> dict[str, float]:
@@ -283,6 +285,7 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         engine_gemm_fp8_rel_efficiency=e.engine_gemm.rel_efficiency.fp8.value,
         engine_gemm_fp8_block_rel_efficiency=e.engine_gemm.rel_efficiency.fp8_block.value,
         engine_gemm_fp4_rel_efficiency=e.engine_gemm.rel_efficiency.fp4.value,
+        train_gemm_mxfp8_rel_efficiency=e.train_gemm.mxfp8.value if e.train_gemm else 1.0,
         sources=sources,
     )
 

@@ -148,6 +148,13 @@ class EngineGemmFile(_Strict):
     rel_efficiency: EngineGemmRelFile
 
 
+class TrainGemmRelFile(_Strict):
+    """A training FP8 recipe's GEMM kernel rate relative to per-tensor FP8 (the fp8 curve), per recipe; its casts
+    are priced apart (cost/train/layers.py fp8_cast_work)."""
+
+    mxfp8: Positive  # MXFP8: E8M0 scales per 32 elements fed to the block-scaled MMA
+
+
 class ProtocolFile(_Strict):
     """Two protocols, the faster taken per message: a low-latency one at a fraction of the bus bandwidth (NCCL's
     LL, a custom all-reduce's one-shot) and a bulk one at the full bus bandwidth after an extra latency."""
@@ -174,6 +181,7 @@ class EfficiencyFile(_Strict):
     ep_kernel: EPKernelFile
     attention_floor_s: AttentionFloorFile
     engine_gemm: EngineGemmFile
+    train_gemm: TrainGemmRelFile | None = None  # absent: every training FP8 recipe's GEMM at the fp8 curve
     optimizer_hbm: Frac
     host_link: Frac
 

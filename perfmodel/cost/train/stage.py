@@ -31,6 +31,7 @@ from perfmodel.cost.compute import (
     hbm_rate,
     memory_bound_time_s,
     rows_hit_experts,
+    train_fp8_gemm_rel,
 )
 from perfmodel.cost.dispatch import dispatch_s
 from perfmodel.cost.params import stage_params
@@ -120,42 +121,48 @@ def _kernel_time(hw: HardwareProfile, k: Kernel, backward: bool) -> float:
     return memory_bound_time_s(hw, nbytes, k.kernels)
 
 
-def _grouped_times(hw: HardwareProfile, g: Gemm, t: _Times) -> float:
+def _grouped_times(hw: HardwareProfile, g: Gemm, t: _Times, rel: float) -> float:
     """An MoE layer's grouped GEMM into `t`: forward, its input gradient (the same rows against the transposed
     weights) and its weight gradients, over the experts its rows reach (cost/compute.py grouped_gemm_time_s).
     Returns the input-gradient time (what Megatron's async all-gather can hide under)."""
     rows = g.m * g.batch  # routed over g.batch local experts, each row to one at random
     hit = rows_hit_experts(g.batch, rows)
-    t.fwd += grouped_gemm_time_s(hw, rows, hit, g.n, g.k, g.dtype, experts=g.batch)
-    dgrad_s = grouped_gemm_time_s(hw, rows, hit, g.k, g.n, g.dtype, experts=g.batch)
+    t.fwd += grouped_gemm_time_s(hw, rows, hit, g.n, g.k, g.dtype, experts=g.batch, rel_efficiency=rel)
+    dgrad_s = grouped_gemm_time_s(hw, rows, hit, g.k, g.n, g.dtype, experts=g.batch, rel_efficiency=rel)
     t.bwd_in += dgrad_s
     t.bwd_w += grouped_gemm_time_s(hw, rows, hit, g.n, g.k, g.dtype, wgrad=True,
-                                   out_bytes_per_element=WGRAD_OUT_BYTES, experts=g.batch)
+                                   out_bytes_per_element=WGRAD_OUT_BYTES, experts=g.batch, rel_efficiency=rel)
     return dgrad_s
 
 
-def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement], eager: bool = False) -> _Times:
-    """Times of a work list; `eager`: its fused elementwise kernels run as chains of ATen ops (eager.py)."""
+def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement], eager: bool = False,
+              fp8_recipe: str = "delayed") -> _Times:
+    """Times of a work list; `eager`: its fused elementwise kernels run as chains of ATen ops (eager.py); its FP8
+    GEMMs at `fp8_recipe`'s kernel rate (train_fp8_gemm_rel)."""
     t = _Times()
     dgrad_s = 0.0
+    fp8_rel = train_fp8_gemm_rel(hw, fp8_recipe)
     for g in w.gemms:
+        rel = fp8_rel if g.dtype == "fp8" else 1.0
         if g.grouped:
-            dgrad_s += _grouped_times(hw, g, t)
+            dgrad_s += _grouped_times(hw, g, t, rel)
             continue
         # FP8 casts are kernels of the Work (layers.py fp8_cast_work), not part of the GEMM's time; a materialized
         # attention's scores and values are one batched kernel each (Megatron's baddbmm / bmm), its gradients too
         one = g.core_attention
-        f = gemm_time_s(hw, g.m, g.n, g.k, g.dtype, g.batch, quantize=False, one_kernel=one)
+        f = gemm_time_s(hw, g.m, g.n, g.k, g.dtype, g.batch, quantize=False, one_kernel=one, rel_efficiency=rel)
         t.fwd += f
-        dx = gemm_time_s(hw, g.m, g.k, g.n, g.dtype, g.batch, quantize=False, one_kernel=one)  # dX = dY W^T
+        dx = gemm_time_s(hw, g.m, g.k, g.n, g.dtype, g.batch, quantize=False, one_kernel=one,
+                         rel_efficiency=rel)  # dX = dY W^T
         t.bwd_in += dx
         if g.core_attention:  # activation x activation (scores, PV): the second gradient is an input gradient too
-            t.bwd_in += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch, quantize=False, one_kernel=True)
+            t.bwd_in += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch, quantize=False, one_kernel=True,
+                                    rel_efficiency=rel)
             t.core_fwd += f
         else:
             dgrad_s += dx
             t.bwd_w += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch, out_bytes_per_element=WGRAD_OUT_BYTES,
-                                   quantize=False)
+                                   quantize=False, rel_efficiency=rel)
     attn_fwd = attn_bwd = 0.0
     for k in w.kernels:
         k = as_eager(k) if eager else k
@@ -254,7 +261,8 @@ def _layer_times(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, Gr
 def _price_layer(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, GroupPlacement],
                  imbalance: float) -> tuple[_Times, float]:
     w = layer_work(scn.model, layer, s, imbalance)
-    return time_work(scn.hardware, w, places, s.elementwise_fusion == "eager"), w.model_flops_fwd
+    return (time_work(scn.hardware, w, places, s.elementwise_fusion == "eager", s.fp8_recipe),
+            w.model_flops_fwd)
 
 
 def _scaled(t: _Times, st: Stack) -> _Times:
@@ -314,16 +322,16 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
 
     if first:
         w = embedding_work(m, s)
-        total.add(_scaled(time_work(hw, w, places, eager), scn.stack))
+        total.add(_scaled(time_work(hw, w, places, eager, s.fp8_recipe), scn.stack))
     for layer in layers:
         add_layer(layer)
     if last:
         w = head_work(m, s)
-        total.add(_scaled(time_work(hw, w, places, eager), scn.stack))
+        total.add(_scaled(time_work(hw, w, places, eager, s.fp8_recipe), scn.stack))
         model_flops_fwd += w.model_flops_fwd
         for layer in m.mtp_layers:
             w = mtp_work(m, layer, s, imbalance(layer))
-            total.add(_scaled(time_work(hw, w, places, eager), scn.stack))
+            total.add(_scaled(time_work(hw, w, places, eager, s.fp8_recipe), scn.stack))
             model_flops_fwd += w.model_flops_fwd
     # the stack's host time per micro-batch through this chunk, each pass (schedule step, forward_step, loss, p2p
     # calls): paid on every pipeline rank, so pipeline parallelism does not divide it

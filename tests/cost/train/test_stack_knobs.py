@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import yaml
 
-from perfmodel.cost.compute import gemm_time_s, memory_bound_time_s
+from perfmodel.cost.compute import gemm_rate, gemm_time_s, memory_bound_time_s
 from perfmodel.cost.train.layers import Gemm, Shard, Work, fp8_cast_work, layer_work
 from perfmodel.cost.train.stage import (
     _param_gather_once_s,
@@ -88,6 +88,8 @@ def _with(scn: Scenario, **knobs) -> Scenario:
 def test_fp8_recipe_reaches_the_memoized_chunk_cost() -> None:
     """The recipe changes the Work of a layer, so one memo must not hand one recipe's layer times to another."""
     scn = build_scenario(load_case(FSDP_CASE))
+    # the casts alone: MXFP8's GEMMs at per-tensor FP8's rate (test_mxfp8_gemms_run_at_the_profiles_rate)
+    scn = dataclasses.replace(scn, hardware=dataclasses.replace(scn.hardware, train_gemm_mxfp8_rel_efficiency=1.0))
     memo = Memo()
     cost = {r: chunk_cost(_with(scn, fp8_recipe=r), 0, 2 * 8192, 8192, memo=memo) for r in HAND}
     # more HBM bytes and launches per cast: tensorwise > mxfp8 = blockwise-ish > delayed
@@ -102,6 +104,28 @@ def test_fp8_recipe_reaches_the_memoized_chunk_cost() -> None:
     hbm = scn.hardware.hbm_bandwidth_bytes_per_s * scn.hardware.hbm_efficiency
     extra = layers * (elems * 2.0 / hbm + n_casts * memory_bound_time_s(scn.hardware, 0, 1))
     assert cost["tensorwise"].fwd_compute_s - cost["delayed"].fwd_compute_s == pytest.approx(extra, rel=1e-6)
+
+
+def test_mxfp8_gemms_run_at_the_profiles_rate() -> None:
+    """An MXFP8 run's FP8 GEMMs (dense and grouped) run at the profile's `train_gemm.mxfp8` share of per-tensor
+    FP8's rate (GB300: 0.951, TransformerEngine's B300 GEMM profiling guide); other recipes' and BF16 GEMMs keep
+    the fp8 curve's rate."""
+    scn = build_scenario(load_case(FSDP_CASE))
+    hw = scn.hardware
+    assert hw.train_gemm_mxfp8_rel_efficiency == pytest.approx(0.951)
+    g = Gemm("fc1", 8192, 8192, 8192, dtype="fp8")
+    per_tensor = time_work(hw, Work(gemms=(g,)), {}, fp8_recipe="tensorwise")
+    mx = time_work(hw, Work(gemms=(g,)), {}, fp8_recipe="mxfp8")
+    rate = gemm_rate(hw, "fp8")  # compute-bound: only the FLOPs' time grows, the kernel's fixed time stays
+    assert mx.fwd - per_tensor.fwd == pytest.approx(g.flops / (rate * 0.951) - g.flops / rate, rel=1e-9)
+    bf16 = Gemm("fc1", 8192, 8192, 8192, dtype="bf16")
+    assert time_work(hw, Work(gemms=(bf16,)), {}, fp8_recipe="mxfp8").fwd == time_work(hw, Work(gemms=(bf16,)), {}).fwd
+    grouped = Gemm("experts", 4096, 2048, 4096, batch=8, dtype="fp8", grouped=True)
+    assert (time_work(hw, Work(gemms=(grouped,)), {}, fp8_recipe="mxfp8").fwd
+            > time_work(hw, Work(gemms=(grouped,)), {}, fp8_recipe="delayed").fwd)
+    # a profile without the field (Hopper: no MXFP8) runs every recipe at the fp8 curve
+    h100 = build_scenario(load_case(REPO / "studies/validation/cases/mbridge-h100-sxm-gpt-oss-120b-bf16.yaml")).hardware
+    assert h100.train_gemm_mxfp8_rel_efficiency == 1.0
 
 
 def _fsdp(pp: int, reshard: bool | None, fsdp: bool = True) -> Scenario:
