@@ -32,7 +32,9 @@ if TYPE_CHECKING:
     from perfmodel.inputs.hardware import HardwareProfile
     from perfmodel.inputs.model import ModelSpec
     from perfmodel.inputs.run import RunSpec
+    from perfmodel.inputs.serve import ServeRun
     from perfmodel.results import RunResult
+    from perfmodel.sim.serving import ServeResult
     from perfmodel.sweep.run import SweepOutcome
     from perfmodel.sweep.spec import SweepSpec
 
@@ -41,16 +43,19 @@ CalibrationLike: TypeAlias = "Calibration | str | PathLike | None"
 PathsLike: TypeAlias = "str | PathLike | Sequence[str | PathLike] | None"
 
 
-def load_run(run: RunLike, source: str = "") -> tuple[RunSpec, str]:
-    """A run from a file (case, plan or run YAML/JSON), a mapping or a RunSpec; returns it with its source name."""
+def load_run(run: RunLike, source: str = "") -> tuple[RunSpec | ServeRun, str]:
+    """A run from a file (case, plan, serving benchmark or run YAML/JSON), a mapping or a RunSpec; returns it with
+    its source name."""
     from perfmodel.inputs.loading import parse
     from perfmodel.inputs.run import RunSpec
     from perfmodel.inputs.run_file import load_run_file
+    from perfmodel.inputs.serve import ServeRun
 
-    if isinstance(run, RunSpec):
+    if isinstance(run, (RunSpec, ServeRun)):
         return run, source or "<run>"
     if isinstance(run, Mapping):
-        return parse(RunSpec, dict(run), source or "<dict>"), source or "<dict>"
+        model = ServeRun if run.get("kind") == "serve" else RunSpec
+        return parse(model, dict(run), source or "<dict>"), source or "<dict>"
     path = str(run)
     return load_run_file(path), path
 
@@ -64,9 +69,11 @@ def _calibration(cal: CalibrationLike) -> Calibration | None:
 
 
 def simulate(run: RunLike, *, calibration: CalibrationLike = None, trace: bool = False, source: str = "",
-             ) -> RunResult:
+             ) -> RunResult | ServeResult:
     """One step of the run (training, or an RL step with every phase): `.metrics()`, `.to_json()`, and with
-    `trace=True` `.spans()` for a Perfetto trace (perfmodel.trace.write_trace). `source` names the run in errors."""
+    `trace=True` `.spans()` for a Perfetto trace (perfmodel.trace.write_trace); a serving benchmark (`kind: serve`)
+    is run whole on the engine model (perfmodel/sim/serving.py: its metrics, and `.decode_step()`). `source` names
+    the run in errors."""
     from perfmodel.inputs.scenario import build_scenario
     from perfmodel.predict import simulate_scenario
 
@@ -75,7 +82,14 @@ def simulate(run: RunLike, *, calibration: CalibrationLike = None, trace: bool =
     cal = _calibration(calibration)
     if cal is not None:
         cal.check(base, source)
-    return simulate_scenario(cal.apply(base) if cal else base, record_trace=trace)
+    scn = cal.apply(base) if cal else base
+    if spec.kind == "serve":
+        from perfmodel.sim.serving import simulate_serving
+
+        if trace:
+            raise InputError(source, "--trace", "a serving benchmark has no step to trace; drop --trace")
+        return simulate_serving(scn)
+    return simulate_scenario(scn, record_trace=trace)
 
 
 @dataclass

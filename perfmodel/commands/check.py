@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported only when a command runs
+    from perfmodel.inputs.scenario import Scenario
+    from perfmodel.inputs.serve import ServeRun
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,6 +24,9 @@ def run(args: argparse.Namespace) -> int:
 
     run_file = load_run_file(args.path)  # not `run`: that is this handler's name
     s = build_scenario(run_file, source=args.path)
+    if run_file.kind == "serve":
+        _print_serve(args.path, run_file, s)
+        return 0
     lay = s.layout.model_copy(update={"dp": s.dp})
     print(f"{args.path}: {run_file.kind} {s.model.id or s.model.family} on {run_file.gpus} x {s.hardware.id}")
     print(f"  training layout   {lay.short()} (expert-DP {s.expert_dp}), schedule {s.schedule}")
@@ -32,3 +40,20 @@ def run(args: argparse.Namespace) -> int:
               f"{' dp-attention' if ro.dp_attention else ''}), {run_file.rl.placement}"
               f"{' async' if run_file.rl.async_ else ''}")
     return 0
+
+
+def _print_serve(path: str, run_file: ServeRun, s: Scenario) -> None:
+    """A serving benchmark: its engines, what the KV pool holds and the client."""
+    from perfmodel.cost.serve.engine import EngineCost, engine_geometry
+
+    v, g, cost = run_file.serve, engine_geometry(s), EngineCost(s)
+    longest = v.input_tokens + v.output_tokens
+    fits = int(cost.kv_pool_bytes // cost.kv_bytes(longest))
+    print(f"{path}: serve {s.model.id or s.model.family} on {run_file.gpus} x {s.hardware.id}, stack {s.stack.id}")
+    print(f"  engines           {g.n_engines} x {v.engine_gpus} GPUs (TP{v.tp}/EP{v.ep}/DP{v.dp}"
+          f"{' dp-attention' if v.dp_attention else ''}), {v.precision} weights, KV {cost.kv_dtype}")
+    print(f"  KV pool           {cost.kv_pool_bytes / 2**30:,.1f} GiB per GPU: {fits:,} requests of {longest:,} tokens "
+          f"per scheduler (running cap {cost.max_running:,})")
+    print(f"  client            {v.requests} requests, {v.concurrency} in flight, input {v.input_tokens} / output "
+          f"{v.output_tokens} tokens" + (f" (range ratio {v.range_ratio})" if v.range_ratio < 1 else ""))
+

@@ -11,6 +11,7 @@ from perfmodel.schedules import SCHEDULES
 
 if TYPE_CHECKING:  # pydantic models: imported only when a command runs
     from perfmodel.inputs.run import RunSpec
+    from perfmodel.inputs.serve import ServeRun
 
 LAYOUT_FLAGS = ("tp", "pp", "cp", "ep", "etp", "vpp", "dp")
 # the figures a band is printed for: the phase times, the step and its throughput
@@ -84,7 +85,7 @@ def _overrides(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]
     return data
 
 
-def load_run_for_simulation(args: argparse.Namespace) -> tuple[RunSpec, str]:
+def load_run_for_simulation(args: argparse.Namespace) -> tuple[RunSpec | ServeRun, str]:
     from perfmodel.inputs.loading import parse
     from perfmodel.inputs.run import RunSpec
     from perfmodel.inputs.run_file import load_run_file
@@ -92,8 +93,16 @@ def load_run_for_simulation(args: argparse.Namespace) -> tuple[RunSpec, str]:
     source = args.file or "<flags>"
     data: dict[str, Any] = {}
     if args.file:  # a case or a plan, checked as what it is; only its run part is simulated
-        data = load_run_file(args.file).model_dump(mode="json", by_alias=True, exclude_none=True,
-                                                   include=set(RunSpec.model_fields))
+        loaded = load_run_file(args.file)
+        if loaded.kind == "serve":  # a serving benchmark: its serve section says it all
+            flags = [f for f in ("hardware", "model", "gpus", *LAYOUT_FLAGS, *TRAIN_FLAGS, "precision", "schedule",
+                                 "recompute") if getattr(args, f) is not None]
+            if flags or args.write_plan is not None:
+                given = "--" + (flags[0].replace("_", "-") if flags else "write-plan")
+                raise InputError(args.file, given, "applies to training runs; a serving benchmark's engine and "
+                                 "client are its serve section: edit the file")
+            return loaded, source
+        data = loaded.model_dump(mode="json", by_alias=True, exclude_none=True, include=set(RunSpec.model_fields))
     data = _overrides(args, data)
     if not args.file:
         for need in ("hardware", "model", "gpus"):
@@ -158,13 +167,14 @@ def run(args: argparse.Namespace) -> int:
             out["band_p10_p50_p90"] = {m: list(v) for m, v in bands.items()}
         print(json.dumps(out, indent=2))
     else:
-        print_result(result)
+        print_result(result)  # a training / RL step, or a serving benchmark
         if bands:
             basis = (f"calibration {args.calibration}" if cal is not None and cal.names
                      else "zero-shot spread of each component (not calibrated)")
             print(f"P10-P90 from the {basis}:")
+            serve = run_spec.kind == "serve"
             for m, (lo, mid, hi) in bands.items():
-                if m in PHASE_BAND_METRICS:
+                if m in PHASE_BAND_METRICS or serve:
                     print(f"  {m:<24} {lo:12.4g} {mid:12.4g} {hi:12.4g}")
         if args.trace:
             print(f"trace written to {args.trace} (open in https://ui.perfetto.dev)")

@@ -17,14 +17,14 @@ from perfmodel.inputs.stack import Stack, resolve_stack
 from perfmodel.schedules import Schedule, schedule_class
 
 if TYPE_CHECKING:
-    from perfmodel.inputs.serve import ServeCase
+    from perfmodel.inputs.serve import ServeRun
 
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
     hardware: HardwareProfile
     model: ModelSpec
-    run: RunSpec | ServeCase  # a serve case: the engine alone (its `rl` is the engine section)
+    run: RunSpec | ServeRun  # a serve run: the engine alone (its `rl` is the engine section)
     dp: int
     expert_dp: int  # data-parallel replicas of each expert shard
     stage_layers: tuple[int, ...]  # decoder layers per virtual stage, in model order (len pp * vpp)
@@ -93,7 +93,7 @@ def resolve_model(run: RunSpec, source: str) -> ModelSpec:
 
 
 def build_scenario(
-    run: RunSpec | ServeCase,
+    run: RunSpec | ServeRun,
     source: str = "",
     hardware: HardwareProfile | None = None,
     model: ModelSpec | None = None,
@@ -112,7 +112,7 @@ def build_scenario(
     return Scenario(hw, m, run, dp, expert_dp, split, note, m_count, schedule, stack)
 
 
-def _serve_scenario(run: ServeCase, hw: HardwareProfile, m: ModelSpec, stack: Stack, source: str) -> Scenario:
+def _serve_scenario(run: ServeRun, hw: HardwareProfile, m: ModelSpec, stack: Stack, source: str) -> Scenario:
     """A serving benchmark: the engine alone (perfmodel/inputs/serve.py), no training layout to resolve."""
     from perfmodel.inputs.serve import serve_field
 

@@ -69,13 +69,11 @@ class ServeSpec(BaseModel):
         return ResponseTokens(max=self.output_tokens, histogram=tuple((n, 1.0) for n in lengths))
 
 
-class ServeCase(BaseModel):
-    """One serving benchmark and what it measured (the measured metrics of a validation case)."""
+class ServeRun(BaseModel):
+    """One serving benchmark as it is run: the engine and its client (what `perfmodel simulate` prices)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    id: str = Field(..., pattern=r"^[a-z0-9][a-z0-9.\-]*$", description="unique, kebab-case")
-    source: str = Field(..., min_length=1)
     kind: Literal["serve"]
     hardware: str = Field(..., min_length=1)
     hardware_options: HardwareOptions | None = None
@@ -84,11 +82,9 @@ class ServeCase(BaseModel):
     stack: str | None = Field(None, description="the engine: sglang[@version] or vllm[@version]")
     stack_options: StackOptions | None = None
     serve: ServeSpec
-    measured: Measured
-    notes: str = ""
 
     @model_validator(mode="after")
-    def _engines(self) -> ServeCase:
+    def _engines(self) -> ServeRun:
         if self.gpus % self.serve.engine_gpus:
             raise ValueError(f"gpus ({self.gpus}) must be a multiple of serve.engine_gpus ({self.serve.engine_gpus})")
         return self
@@ -105,6 +101,15 @@ class ServeCase(BaseModel):
         return RLSpec(placement="colocated", actor_gpus=self.gpus, rollout_gpus=self.gpus, prompts_per_step=s.requests,
                       samples_per_prompt=1, prompt_tokens_mean=s.input_tokens_mean,
                       response_tokens=s.output_lengths(), rollout=rollout)
+
+
+class ServeCase(ServeRun):
+    """One serving benchmark and what it measured (the measured metrics of a validation case)."""
+
+    id: str = Field(..., pattern=r"^[a-z0-9][a-z0-9.\-]*$", description="unique, kebab-case")
+    source: str = Field(..., min_length=1)
+    measured: Measured
+    notes: str = ""
 
 
 def serve_field(err: InputError) -> InputError:

@@ -16,6 +16,9 @@ def print_result(result, console: Console | None = None) -> None:
 
     console = console or default_console()
     d = result.to_json()
+    if d["kind"] == "serve":
+        _print_serve(d, console)
+        return
     console.print(f"[bold]{d['kind']}[/] " + escape(
         f"step of {d['model']} on {d['gpus']} x {d['hardware']}: {d['layout']}, {d['schedule']}, pipeline split "
         f"{','.join(map(str, d['pipeline_split']))}, {d['microbatches']} micro-batches per DP rank, stack "
@@ -61,3 +64,30 @@ def print_result(result, console: Console | None = None) -> None:
                 if mem.get("optimizer_host_bytes") else "")
         console.print(f"memory per GPU (worst pipeline rank {mem.get('pipeline_rank', 0)}): {_gb(mem['total_bytes'])} "
                       f"of {_gb(mem['capacity_bytes'])} ({fits}): {parts}{host}", soft_wrap=True)
+
+
+def _print_serve(d: dict, console: Console) -> None:
+    """A serving benchmark: its figures, then where one decode step at its concurrency goes."""
+    console.print("[bold]serve[/] " + escape(
+        f"benchmark of {d['model']} on {d['gpus']} x {d['hardware']}: {d['engines']} engine(s) x {d['engine_gpus']} "
+        f"GPUs ({d['engine_layout']}), {d['requests']} requests at concurrency {d['concurrency']}, stack "
+        f"{d['stack']}"), soft_wrap=True, markup=True)
+    m = Table(title="prediction", show_header=True)
+    m.add_column("metric")
+    m.add_column("value", justify="right")
+    for k, v in d["metrics"].items():
+        m.add_row(k, f"{v:,.4g}")
+    console.print(m)
+    step = d["decode_step"]
+    t = Table(title=f"one decode step: {step['batch']} requests at {step['context_tokens']:,.0f} tokens of context "
+                    "(ms, per GPU)")
+    t.add_column("part")
+    t.add_column("ms", justify="right")
+    t.add_column("share", justify="right")
+    parts = {k: v for k, v in step["parts_ms"].items() if k != "total"}
+    total = step["parts_ms"]["total"] or 1.0
+    for k, v in sorted(parts.items(), key=lambda kv: -kv[1]):
+        t.add_row(k, f"{v:,.3f}", f"{100 * v / total:.1f}%")
+    t.add_row("total", f"{total:,.3f}", "")
+    console.print(t)
+

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodel.cost.serve.engine import rollout_params_for
+from perfmodel.cost.serve.engine import EngineCost, engine_geometry, rollout_params_for
 from perfmodel.errors import InputError
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.inputs.serve import serve_field
@@ -50,6 +50,34 @@ class ServeResult:
         if len(tpot_ms):
             out |= {"tpot_median_ms": float(np.median(tpot_ms)), "tpot_mean_ms": float(tpot_ms.mean())}
         return out
+
+    def decode_step(self) -> tuple[int, float, dict[str, float]]:
+        """One scheduler's decode step at the client's concurrency spread over the schedulers (capped at the
+        engine's running limit), every request at its mean context (input + half its output): (batch, context
+        tokens, the step's parts in seconds: cost/serve/engine.py step_breakdown). Where a decode step goes; the
+        simulated benchmark's TPOT also carries prefill chunks, ramps and tails."""
+        serve = self.scenario.run.serve
+        cost = EngineCost(self.scenario)
+        units = engine_geometry(self.scenario).n_units
+        batch = max(1, min(-(-serve.concurrency // units), int(min(cost.max_running, serve.requests))))
+        ctx = self.input_tokens / self.requests + self.output_tokens / self.requests / 2.0
+        return batch, ctx, cost.step_breakdown(batch, ctx)
+
+    def to_json(self) -> dict:
+        scn, serve = self.scenario, self.scenario.run.serve
+        g = engine_geometry(scn)
+        layout = f"TP{serve.tp}/EP{serve.ep}/DP{serve.dp}" + (" dp-attention" if serve.dp_attention else "")
+        batch, ctx, parts = self.decode_step()
+        return {
+            "kind": "serve", "model": scn.model.id or scn.model.family, "hardware": scn.hardware.id, "gpus": self.gpus,
+            "stack": scn.stack.id, "engines": g.n_engines, "engine_gpus": serve.engine_gpus,
+            "engine_layout": layout,
+            "concurrency": serve.concurrency, "requests": self.requests,
+            "metrics": self.metrics(), "duration_s": self.duration_s,
+            "decode_step": {"batch": batch, "context_tokens": ctx,
+                            "parts_ms": {k.removesuffix("_s"): v * 1e3 for k, v in parts.items() if k.endswith("_s")},
+                            "experts_hit_per_layer": parts.get("experts_hit_per_layer", 0.0)},
+        }
 
 
 def simulate_serving(scn: Scenario, seed: int = 0) -> ServeResult:

@@ -1,0 +1,66 @@
+"""`perfmodel simulate` and `check` on a serving benchmark (`kind: serve`): the engine model the validation scores,
+one decode step by part, and one-line refusals of what only a training run takes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+import perfmodel
+from perfmodel.cli import main
+from perfmodel.inputs.case import load_case
+from perfmodel.inputs.scenario import build_scenario
+from perfmodel.sim.serving import simulate_serving
+from tests.conftest import REPO
+
+CASE = REPO / "studies/validation/serving/cases/serve-h200-dsr1-sglang-tp8-1k1k-c8.yaml"
+
+
+def _bare_run(tmp_path):
+    """The case without its measurement, id or source: a serving setup a user wants priced."""
+    data = yaml.safe_load(CASE.read_text())
+    for key in ("id", "source", "measured", "notes"):
+        data.pop(key, None)
+    p = tmp_path / "serve.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p, data
+
+
+def test_simulate_prints_the_validated_figures_and_a_decode_step(capsys):
+    assert main(["simulate", str(CASE), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    expected = simulate_serving(build_scenario(load_case(CASE))).metrics()
+    assert out["kind"] == "serve" and out["metrics"] == pytest.approx(expected)
+    step = out["decode_step"]
+    assert step["batch"] == 8  # concurrency 8 on one engine
+    parts = {k: v for k, v in step["parts_ms"].items() if k != "total"}
+    assert sum(parts.values()) == pytest.approx(step["parts_ms"]["total"])
+    assert all(v >= 0 for v in parts.values())
+    assert main(["simulate", str(CASE)]) == 0
+    text = capsys.readouterr().out
+    assert "one decode step" in text and "tpot_mean_ms" in text
+
+
+def test_a_serve_run_without_a_measurement_is_simulated(tmp_path, capsys):
+    p, data = _bare_run(tmp_path)
+    assert main(["simulate", str(p), "--json"]) == 0
+    from_file = json.loads(capsys.readouterr().out)["metrics"]
+    assert perfmodel.simulate(data).metrics() == pytest.approx(from_file)  # the API takes the same run as a dict
+
+
+@pytest.mark.parametrize(("flags", "named"), [(["--tp", "4"], "--tp"), (["--write-plan"], "--write-plan"),
+                                              (["--trace", "t.json"], "--trace")])
+def test_training_flags_on_a_serve_run_are_refused_in_one_line(tmp_path, capsys, flags, named):
+    p, _ = _bare_run(tmp_path)
+    flags = [str(tmp_path / f) if f.endswith(".json") else f for f in flags]
+    rc = main(["simulate", str(p), *flags])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and named in err and str(p) in err
+
+
+def test_check_prints_the_engines_kv_pool_and_client(capsys):
+    assert main(["check", str(CASE)]) == 0
+    out = capsys.readouterr().out
+    assert "1 x 8 GPUs (TP8/EP1/DP1)" in out and "KV pool" in out and "8 in flight" in out
