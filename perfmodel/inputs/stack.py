@@ -29,6 +29,7 @@ from perfmodel.inputs.loading import first_error, parse, read_mapping
 AttentionKernel = Literal["flash", "materialized"]
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 ElementwiseFusion = Literal["fused", "eager"]
+FlopsConvention = Literal["mbridge-25.11", "mbridge-26.06"]
 
 
 def stacks_dir() -> Path:
@@ -192,6 +193,12 @@ class Stack(BaseModel):
         doc="fused (TransformerEngine/Apex kernels, or torch.compile) or eager (each norm, RoPE and gated "
             "activation a chain of ATen ops through HBM, `cost/train/eager.py`; below); a run's "
             "`stack_options.torch_compile` sets it: true fused, false eager")
+    flops_convention: FlopsConvention = knob(
+        "mbridge-25.11", part="train",
+        doc="how the run's framework counts model FLOPs for its TFLOP/s and MFU (`cost/train/flops.py`): "
+            "Megatron-Bridge's formula before its v0.5.0 (NeMo 26.06) counts a GLU as 3 matrices only with SiLU and "
+            "every attention layer as full causal; from 26.06 every GLU, and a sliding-window layer at its exact "
+            "average context (Megatron-Bridge PR #3947)")
     # The RL step's sub-phases outside the simulated rollout, passes and update (sim/rl_subphases.py,
     # docs/rl-phases.md): set per framework from its source, not fitted (one step's remainder cannot tell them apart).
     rl_step_host_s: float = knob(

@@ -18,6 +18,14 @@ MLA (DeepSeek-V3) uses the `multi_latent_attention` branch of the same function;
 `dsv4_hybrid` branch (sliding window + compressed/sparse attention, compressor and indexer terms), with this
 model's actual head dims. Checked against the published ratios of docs/reference/hardware.md 3e within 1% (tests/cost).
 Use `layers.forward_work` for hardware FLOPs (windows, causal pairs exactly, recompute).
+
+From Megatron-Bridge v0.5.0 (NeMo 26.06; PR #3947, https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3947, with
+the window handling of PR #3029 that v0.5.0 first ships) the formula counts every GLU as 3 matrices and a sliding-window
+layer's core at its exact average causal context, W - W (W - 1) / (2 T) keys per query for a window W < T (else T/2):
+the stack knob `flops_convention` "mbridge-26.06" (the releases from 26.06 on, stacks/megatron-bridge.yaml). Only
+gpt-oss among the catalogue's models counts differently (quick-GELU GLU, windows of 128): 27.2 -> 32.6 GFLOP per
+token at 4096, as the archive's rows of either side print (433 TFLOP/s at 15,938 tokens/s in 26.04, 943 at 28,947
+in 26.06).
 """
 
 from __future__ import annotations
@@ -31,19 +39,31 @@ def padded_vocab(vocab: int, multiple: int = VOCAB_PAD) -> int:
     return -(-vocab // multiple) * multiple
 
 
-def _glu_counted(model: ModelSpec, ffn: FFNSpec) -> bool:
+MBRIDGE_2511, MBRIDGE_2606 = "mbridge-25.11", "mbridge-26.06"  # the conventions (stack knob flops_convention)
+
+
+def _glu_counted(model: ModelSpec, ffn: FFNSpec, convention: str = MBRIDGE_2511) -> bool:
     """Megatron-Bridge 25.11: gated_linear_multiplier = 3/2 only if activation_func is F.silu; gpt-oss uses a
-    (clamped) quick-GELU GLU and is counted as a 2-matrix MLP."""
-    return ffn.gated and model.family != "GptOssForCausalLM"
+    (clamped) quick-GELU GLU and is counted as a 2-matrix MLP. From 26.06: every GLU."""
+    return ffn.gated and (convention == MBRIDGE_2606 or model.family != "GptOssForCausalLM")
 
 
-def attention_macs_per_token(a: AttentionSpec, seq_len: int) -> float:
+def _keys_per_query(a: AttentionSpec, seq_len: int, convention: str) -> float:
+    """Keys each query meets in the convention's count: seq_len / 2 (every layer full causal), or from 26.06 a
+    sliding window W < seq_len at its exact causal average, W - W (W - 1) / (2 seq_len)."""
+    w = a.sliding_window
+    if convention == MBRIDGE_2606 and 0 < w < seq_len:
+        return w - w * (w - 1) / (2.0 * seq_len)
+    return seq_len / 2
+
+
+def attention_macs_per_token(a: AttentionSpec, seq_len: int, convention: str = MBRIDGE_2511) -> float:
     """Forward multiply-accumulates per token of one attention block under the convention."""
     h, heads = a.hidden_size, a.num_heads
     if a.kind == "gqa":
         q, kv = heads * a.head_dim, a.num_kv_heads * a.head_dim
         proj = h * (q + kv + a.num_kv_heads * a.v_head_dim) + heads * a.v_head_dim * h
-        core = seq_len / 2 * heads * (a.head_dim + a.v_head_dim)
+        core = _keys_per_query(a, seq_len, convention) * heads * (a.head_dim + a.v_head_dim)
         return proj + core
     if a.kind == "mla":
         nope = a.head_dim - a.qk_rope_head_dim
@@ -69,8 +89,8 @@ def attention_macs_per_token(a: AttentionSpec, seq_len: int) -> float:
     return proj + heads * (w + avg) * hd * 2 + h * (2 * hd) * 2 + indexer
 
 
-def ffn_macs_per_token(model: ModelSpec, f: FFNSpec) -> float:
-    mats = 3 if _glu_counted(model, f) else 2
+def ffn_macs_per_token(model: ModelSpec, f: FFNSpec, convention: str = MBRIDGE_2511) -> float:
+    mats = 3 if _glu_counted(model, f, convention) else 2
     if f.kind == "dense":
         return f.hidden_size * f.intermediate_size * mats
     routed = f.expert_intermediate_size * f.top_k
@@ -78,9 +98,11 @@ def ffn_macs_per_token(model: ModelSpec, f: FFNSpec) -> float:
     return f.hidden_size * (routed + shared) * mats
 
 
-def layer_model_flops_fwd(model: ModelSpec, layer: LayerSpec, seq_len: int, mtp: bool = False) -> float:
+def layer_model_flops_fwd(model: ModelSpec, layer: LayerSpec, seq_len: int, mtp: bool = False,
+                          convention: str = MBRIDGE_2511) -> float:
     """Forward model FLOPs per token of one decoder (or MTP) layer; MTP adds its norms and 2h^2 projection."""
-    macs = attention_macs_per_token(layer.attention, seq_len) + ffn_macs_per_token(model, layer.ffn)
+    macs = (attention_macs_per_token(layer.attention, seq_len, convention)
+            + ffn_macs_per_token(model, layer.ffn, convention))
     if mtp:
         h = model.hidden_size
         macs += 3 * h + 2 * h * h
@@ -94,10 +116,11 @@ def head_model_flops_fwd(model: ModelSpec, mtp_heads: int | None = None) -> floa
     return 2.0 * model.hidden_size * outputs * (1 + n)
 
 
-def model_flops_per_token(model: ModelSpec, seq_len: int, include_mtp: bool = True) -> float:
+def model_flops_per_token(model: ModelSpec, seq_len: int, include_mtp: bool = True,
+                          convention: str = MBRIDGE_2511) -> float:
     """Forward + backward (3 x forward) model FLOPs per trained token at `seq_len` (Megatron-Bridge)."""
     mtp = model.mtp_layers if include_mtp else ()
-    fwd = sum(layer_model_flops_fwd(model, layer, seq_len) for layer in model.layers)
-    fwd += sum(layer_model_flops_fwd(model, layer, seq_len, mtp=True) for layer in mtp)
+    fwd = sum(layer_model_flops_fwd(model, layer, seq_len, convention=convention) for layer in model.layers)
+    fwd += sum(layer_model_flops_fwd(model, layer, seq_len, mtp=True, convention=convention) for layer in mtp)
     fwd += head_model_flops_fwd(model, len(mtp))
     return 3.0 * fwd

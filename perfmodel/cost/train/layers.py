@@ -202,7 +202,8 @@ def layer_work(model: ModelSpec, layer: LayerSpec, s: Shard, imbalance: float = 
     w = hc_work(model, s) + _norms_residuals(model, s) + attention_work(layer.attention, s)
     w = w + ffn_work(layer.ffn, s, imbalance)
     w = w + fp8_cast_work(w, s)
-    mf = layer_model_flops_fwd(model, layer, s.seq_len, mtp=mtp) * s.tokens / (s.tp * s.cp)
+    mf = layer_model_flops_fwd(model, layer, s.seq_len, mtp=mtp, convention=s.flops_convention) * s.tokens / (
+        s.tp * s.cp)
     return Work(w.gemms, w.kernels, w.comms, mf)
 
 

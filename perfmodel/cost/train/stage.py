@@ -213,7 +213,7 @@ def shard_of(scn: Scenario, tokens: float, seq_len: int) -> Shard:
     lay, t = scn.layout, scn.train
     return Shard(tokens, seq_len, lay.tp, lay.cp, lay.ep, lay.etp, t.sequence_parallel and lay.tp > 1, t.precision,
                  t.moe_dispatcher == "deepep", scn.stack.attention_kernel,
-                 scn.stack.fp8_recipe, scn.stack.elementwise_fusion)
+                 scn.stack.fp8_recipe, scn.stack.elementwise_fusion, scn.stack.flops_convention)
 
 
 def _places(scn: Scenario) -> dict[str, GroupPlacement]:

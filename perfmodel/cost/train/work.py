@@ -43,6 +43,7 @@ class Shard:
     attention_kernel: str = "flash"  # "flash" (fused) or "materialized" (scores and softmax through HBM)
     fp8_recipe: str = "delayed"  # how FP8 GEMM inputs are quantized (layers.py fp8_cast_work); unused in BF16
     elementwise_fusion: str = "fused"  # "fused" kernels or "eager" ATen chains (eager.py)
+    flops_convention: str = "mbridge-25.11"  # how model FLOPs are counted (flops.py): not a cost, a reported figure
 
     @property
     def t_cp(self) -> float:

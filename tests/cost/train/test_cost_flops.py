@@ -30,6 +30,29 @@ def test_reproduces_megatron_bridge_model_tflops(model_id, seq_len, tokens_per_s
     assert model_flops_per_token(load_model(model_id), seq_len) == pytest.approx(published, rel=0.05)
 
 
+# gpt-oss-120b at 4096 in the Megatron-Bridge archive (docs/perf-archive.md, studies/validation/mbridge-archive):
+# (release, tokens/s/GPU, model TFLOP/s/GPU) on either side of the formula change of NeMo 26.06 (PR #3947)
+GPT_OSS_ARCHIVE = [("26.04", 15938, 433, "mbridge-25.11"), ("26.04.01", 16640, 452, "mbridge-25.11"),
+                   ("26.06", 28947, 943, "mbridge-26.06"), ("26.08", 28672, 934, "mbridge-26.06")]
+
+
+@pytest.mark.parametrize(("release", "tokens_per_s", "tflops", "convention"), GPT_OSS_ARCHIVE)
+def test_the_flops_convention_follows_the_release(release, tokens_per_s, tflops, convention):
+    """From 26.06 a quick-GELU GLU counts 3 matrices and a 128-token window its average context: 27.2 -> 32.6
+    GFLOP per token, as the archive's rows print; the release's stack profile carries the convention."""
+    from perfmodel.inputs.stack import resolve_stack
+
+    assert resolve_stack(f"megatron-bridge@{release}").flops_convention == convention
+    got = model_flops_per_token(load_model("gpt-oss-120b"), 4096, convention=convention)
+    assert got == pytest.approx(tflops * 1e12 / tokens_per_s, rel=0.01)
+
+
+def test_the_new_convention_changes_only_non_silu_glus_and_windows():
+    for model_id in ("llama3-70b", "deepseek-v3", "qwen3-30b-a3b"):
+        m = load_model(model_id)
+        assert model_flops_per_token(m, 4096, convention="mbridge-26.06") == model_flops_per_token(m, 4096)
+
+
 def test_llama3_8b_is_six_params_plus_attention():
     m = load_model("llama3-8b")
     s = 8192
