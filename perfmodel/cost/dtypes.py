@@ -7,6 +7,7 @@ BYTES_PER_ELEMENT: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp
 LOW_PRECISION = ("fp8", "fp4")
 
 BF16 = 2
+FP8 = 1
 FP32 = 4
 INT64 = 8  # token ids (Megatron theoretical_memory_usage.py: "8 * seq_length * micro_batch_size" input to embedding)
 INT32 = 4  # top-k indices of the DSV4 indexer

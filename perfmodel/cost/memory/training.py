@@ -2,13 +2,15 @@
 
 `training_memory(scn, pipeline_rank)` sums, for one pipeline rank (the worst one when `pipeline_rank` is None):
 
-* weights: BF16 parameters of the rank's virtual stages (+ TE's cached FP8 copies when training in FP8);
+* weights: BF16 parameters of the rank's virtual stages (+ TE's cached FP8 copies when training in FP8, the
+  gathered layer's only under FSDP);
 * grads: Megatron's main-grad buffer, FP32 by default (`accumulate_allreduce_grads_in_fp32`, forced on for BF16
   unless `--grad-reduce-in-bf16`), BF16 with `grad_reduce_in_bf16=True`;
 * optimizer: FP32 master weights + Adam exp_avg + exp_avg_sq = 12 bytes/param, sharded by the distributed optimizer
   (dense params over dp x cp, routed experts over expert_dp); the `optimizer_offload_fraction` share lives on the
   host (`optimizer_host_bytes`, checked against host memory per GPU);
-* activations of the micro-batches in flight for the schedule (Korthikanti et al. 2022, generalised per layer kind);
+* activations of the micro-batches in flight for the schedule (Korthikanti et al. 2022, generalised per layer kind;
+  linear inputs in FP8 under FP8 training);
 * communication buffers (collective-library buffers per process group, the MoE all-to-all send buffer, PP p2p
   buffers, FSDP unshard buffers);
 * a margin for allocator fragmentation, the GPU runtime context and library workspaces.
@@ -26,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from perfmodel.cost.dtypes import BF16, FP32, INT32, INT64, MASK
+from perfmodel.cost.dtypes import BF16, FP8, FP32, INT32, INT64, MASK
 from perfmodel.cost.params import (
     holds_head,
     layer_params_local,
@@ -166,23 +168,31 @@ class MemoryBreakdown:
 #     activation (Megatron-core applies probs inside the expert activation); shared experts as a dense MLP;
 #   mHC: the residual stream is hc_mult x h wide; each sub-block (attention, FFN) keeps its hc-wide input for the
 #     pre/post mixers' backward (2 x 2 hc h), and full recompute keeps the hc-wide layer input (2 hc h).
-# Activations are counted in BF16 even under FP8 training (TE saves some GEMM inputs in FP8): conservative.
+# FP8 training: TransformerEngine saves each linear layer's input for its weight gradient as the quantized FP8
+# tensor, column-wise only (transformer_engine/pytorch/module/linear.py `_Linear.forward`: "Discard row-wise data
+# since it is not needed in backward pass", then `saved_inputmat = inputmat`), 1 byte per element where BF16 keeps
+# 2: the QKV input, the MLP's (and experts') fc1 input and the fc2 input (the activation output). The output
+# projection's FP8 input is a copy beside the BF16 core output the attention keeps for its own backward: +1 byte.
+# Everything else (norm inputs, Q/K/V, fc1 outputs for the activation's backward) stays BF16.
 
 
-def _attention_tokens_bytes(a: AttentionSpec, tp: int, rep: int) -> float:
-    """Bytes per token stored by one attention block; `rep` divides token-side (replicated) tensors (tp under SP)."""
+def _attention_tokens_bytes(a: AttentionSpec, tp: int, rep: int, gemm_in: float = BF16) -> float:
+    """Bytes per token stored by one attention block; `rep` divides token-side (replicated) tensors (tp under SP);
+    `gemm_in`: bytes per element of a saved linear input (1 under FP8)."""
     h, heads = a.hidden_size, a.num_heads
-    token_side = BF16 * h + MASK * h  # input to the projections, output dropout mask
+    token_side = gemm_in * h + MASK * h  # input to the projections, output dropout mask
     per_head = FP32 * heads  # flash-attention log-sum-exp
+    proj_copy = heads * a.v_head_dim * gemm_in if gemm_in < BF16 else 0.0  # FP8: the output projection's own input
     if a.kind == "gqa":
         kv_local = a.num_kv_heads / tp if a.num_kv_heads >= tp else 1.0
-        per_head += BF16 * heads * (a.head_dim + a.v_head_dim)  # Q, and the output-projection input
+        per_head += BF16 * heads * (a.head_dim + a.v_head_dim) + proj_copy  # Q, and the output-projection input
         sharded_kv = BF16 * kv_local * (a.head_dim + a.v_head_dim)
         return token_side / rep + per_head / tp + sharded_kv
     if a.kind == "mla":
         r, c = a.q_lora_rank, a.kv_lora_rank
-        token_side += BF16 * (2 * r + (c + a.qk_rope_head_dim) + c)
-        per_head += BF16 * heads * (2 * a.head_dim + 2 * a.v_head_dim)  # Q, K, V, output-projection input
+        # q latent: norm input (BF16) and q_b input; kv latent: kv_a output (norm input, BF16) and kv_b input
+        token_side += BF16 * (r + c + a.qk_rope_head_dim) + gemm_in * (r + c)
+        per_head += BF16 * heads * (2 * a.head_dim + 2 * a.v_head_dim) + proj_copy  # Q, K, V, projection input
         return token_side / rep + per_head / tp
     # dsv4
     r, hd = a.q_lora_rank, a.head_dim
@@ -198,20 +208,21 @@ def _attention_tokens_bytes(a: AttentionSpec, tp: int, rep: int) -> float:
     return token_side / rep + per_head / tp
 
 
-def _mlp_width_bytes(f: FFNSpec, width: float) -> float:
-    """fc1 output + activation output of an MLP of `width`, per token."""
-    return BF16 * width * (3 if f.gated else 2)
+def _mlp_width_bytes(f: FFNSpec, width: float, gemm_in: float = BF16) -> float:
+    """fc1 output (BF16, for the activation's backward) + activation output (fc2's saved input) of an MLP of
+    `width`, per token."""
+    return width * (BF16 * (2 if f.gated else 1) + gemm_in)
 
 
-def _ffn_tokens_bytes(f: FFNSpec, tp: int, rep: int, etp: int, imbalance: float) -> float:
+def _ffn_tokens_bytes(f: FFNSpec, tp: int, rep: int, etp: int, imbalance: float, gemm_in: float = BF16) -> float:
     h = f.hidden_size
-    token_side = BF16 * h + MASK * h  # MLP / router input, output dropout mask
+    token_side = gemm_in * h + MASK * h  # MLP / router input, output dropout mask
     if f.kind == "dense":
-        return token_side / rep + _mlp_width_bytes(f, f.intermediate_size) / tp
+        return token_side / rep + _mlp_width_bytes(f, f.intermediate_size, gemm_in) / tp
     k = f.top_k * imbalance
     token_side += FP32 * f.num_experts + f.num_experts + (FP32 + INT64) * f.top_k  # router logits, map, probs/idx
-    routed = k * (BF16 * h * etp + _mlp_width_bytes(f, f.expert_intermediate_size) + FP32)
-    shared = _mlp_width_bytes(f, f.num_shared_experts * f.shared_intermediate_size) / tp
+    routed = k * (gemm_in * h * etp + _mlp_width_bytes(f, f.expert_intermediate_size, gemm_in) + FP32)
+    shared = _mlp_width_bytes(f, f.num_shared_experts * f.shared_intermediate_size, gemm_in) / tp
     return token_side / rep + routed / rep + shared
 
 
@@ -226,20 +237,22 @@ def layer_activation_bytes(
     expert_load_imbalance: float = 1.0,
     attention_kernel: str = "flash",
     seq_len: int = 0,
+    precision: str = "bf16",
 ) -> float:
     """Bytes one layer keeps for the backward of one micro-batch of `tokens` tokens (per GPU, after CP).
     `recompute`: none | selective (equal under flash attention) | full (layer input only). A materialized
     attention without recompute also keeps its BF16 softmax output, heads/tp x seq_len per query token
     (the 2as^2b of Korthikanti et al. 2022, eq. 1, without the dropout mask and output: no attention dropout);
-    selective recompute drops exactly that."""
+    selective recompute drops exactly that. `precision` fp8: linear inputs saved in FP8 (above)."""
     h = layer.attention.hidden_size
     rep = tp if sequence_parallel and tp > 1 else 1
     if recompute == "full":
         return tokens * BF16 * hc_mult * h / rep
-    per_token = _attention_tokens_bytes(layer.attention, tp, rep)
+    gemm_in = FP8 if precision == "fp8" and layer.attention.kind in ("gqa", "mla") else BF16
+    per_token = _attention_tokens_bytes(layer.attention, tp, rep, gemm_in)
     if attention_kernel == "materialized" and recompute == "none":
         per_token += BF16 * layer.attention.num_heads / tp * seq_len
-    per_token += _ffn_tokens_bytes(layer.ffn, tp, rep, etp, expert_load_imbalance)
+    per_token += _ffn_tokens_bytes(layer.ffn, tp, rep, etp, expert_load_imbalance, gemm_in)
     per_token += 2 * BF16 * h / rep  # inputs of the two norms
     if hc_mult > 1:
         per_token += 2 * BF16 * hc_mult * h / rep  # hc-wide stream kept by the pre/post mixers of each sub-block
@@ -276,7 +289,7 @@ def activations_on_rank(scn: Scenario, rank: int, expert_load_imbalance: float =
 
     def layer_bytes(layer: LayerSpec, recompute: str) -> float:
         return layer_activation_bytes(layer, tokens, lay.tp, sp, recompute, lay.etp, m.hc_mult, expert_load_imbalance,
-                                      scn.stack.attention_kernel, t.seq_len)
+                                      scn.stack.attention_kernel, t.seq_len, t.precision)
 
     inflight = inflight_per_stage(scn, rank)
     total = 0.0
@@ -369,7 +382,7 @@ def _rank_memory(
     w_dense, w_expert = (dense / dense_dp, expert / expert_dp) if t.fsdp else (dense, expert)
     held = w_dense + w_expert
     weights = BF16 * held
-    if t.precision == "fp8":
+    if t.precision == "fp8" and not t.fsdp:
         weights += FP8_WEIGHT_CACHE_BYTES * (dense + expert - non_gemm)  # caches of the (unsharded) GEMM weights
     grads = (BF16 if grad_bf16 else FP32) * held
     sharded = t.distributed_optimizer or t.fsdp
@@ -394,7 +407,9 @@ def _rank_memory(
         for x in layers:
             loc, ex = layer_params_local(x, lay.tp, lay.ep * lay.etp)
             biggest = max(biggest, loc.params + ex)
-        comm += biggest * (2 * BF16 + FP32)
+        # under FP8 the gathered layer's FP8 copies too: FSDP keeps no whole-model FP8 cache (Megatron-Bridge's
+        # Megatron-FSDP recipes set ddp.keep_fp8_transpose_cache False; FSDP2 casts the gathered weight per use)
+        comm += biggest * (2 * BF16 + FP32 + (FP8_WEIGHT_CACHE_BYTES if t.precision == "fp8" else 0))
     margin = hw.hbm_bytes * MARGIN_FRACTION_OF_HBM + MARGIN_FIXED_BYTES if margin_bytes is None else margin_bytes
     total = weights + grads + optimizer_gpu + acts + comm + margin
     host_cap = hw.host_memory_bytes / hw.gpus_per_node

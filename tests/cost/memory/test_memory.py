@@ -355,6 +355,33 @@ def test_fsdp_shards_weights_and_grads():
     assert fsdp.comm_buffers_bytes > ddp.comm_buffers_bytes  # unshard / prefetch buffers
 
 
+def test_fsdp_in_fp8_keeps_no_whole_model_fp8_cache():
+    """Under FSDP the FP8 weight copies exist only for the gathered layer (its unshard buffer), not for the model."""
+    def fsdp(precision: str):
+        d = dict(id="t", source="test", kind="pretrain", hardware="h100-sxm", gpus=8, model={"id": "llama3-8b"},
+                 train=dict(precision=precision, seq_len=4096, global_batch=32, layout=dict(tp=1, pp=1), fsdp=True,
+                            distributed_optimizer=False), measured=dict(step_time_s=1.0))
+        return training_memory(_scenario(d))
+
+    bf16, fp8 = fsdp("bf16"), fsdp("fp8")
+    assert fp8.weights_bytes == pytest.approx(bf16.weights_bytes)
+    layer_params = 4096 * (4096 + 1024 + 1024 + 4096) + 3 * 4096 * 14336  # one llama3-8b layer's GEMM weights
+    assert fp8.comm_buffers_bytes - bf16.comm_buffers_bytes == pytest.approx(2 * layer_params, rel=0.01)
+
+
+def test_fp8_saves_linear_inputs_in_fp8():
+    """TE keeps each linear's input for its weight gradient as FP8 (1 byte): the QKV and fc1 inputs and the fc2
+    input; the output projection's FP8 input is a copy beside the BF16 core output the attention keeps."""
+    layer = load_model("llama3-8b").layers[0]
+    h, heads, d, inter, t, tokens = 4096, 32, 128, 14336, 4, 1000
+    bf16 = layer_activation_bytes(layer, tokens, tp=t, sequence_parallel=True)
+    fp8 = layer_activation_bytes(layer, tokens, tp=t, sequence_parallel=True, precision="fp8")
+    saved = 2 * h / t + inter / t - heads * d / t  # QKV and fc1 inputs, fc2 input, less the projection's copy
+    assert bf16 - fp8 == pytest.approx(tokens * saved)
+    assert layer_activation_bytes(layer, tokens, recompute="full", precision="fp8") == layer_activation_bytes(
+        layer, tokens, recompute="full")  # the layer input stays BF16
+
+
 def test_fp8_training_adds_weight_caches():
     d = _dsv4_seed_dict()
     bf16 = training_memory(_scenario(d), 0)
