@@ -27,6 +27,11 @@ CONFIG_INT_BOUNDS = {"num_hidden_layers": MAX_LAYERS, "n_layer": MAX_LAYERS, "nu
                      "n_routed_experts": MAX_EXPERTS, "num_local_experts": MAX_EXPERTS}
 
 
+GPT2_RESID_PDROP = 0.1
+"""GPT-2's residual dropout when its config does not say: Hugging Face GPT2Config's resid_pdrop default, and
+Megatron-LM's --hidden-dropout default (0.1) the 2021 GPT-3 runs trained with."""
+
+
 class _Config:
     """Reads typed keys from a config dict; a missing or bad key raises InputError naming it."""
 
@@ -54,6 +59,15 @@ class _Config:
         if not isinstance(value, bool):
             raise InputError(self.source, key, f"must be true or false (got {value!r})")
         return value
+
+    def fraction(self, key: str, default: float) -> float:
+        """A probability in [0, 1) (a dropout rate)."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            raise InputError(self.source, key, f"must be a number in [0, 1) (got {str(value)[:40]!r})")
+        return float(value)
 
     def int_list(self, key: str, length: int) -> list[int]:
         value = self.data.get(key)
@@ -93,6 +107,9 @@ def _common(c: _Config, model_id: str, layers: list[LayerSpec], final_params: in
         tie_word_embeddings=c.flag("tie_word_embeddings", False),
         max_position_embeddings=c.integer("max_position_embeddings", 0, minimum=0),
         final_params=final_params or d,  # the final RMSNorm unless the family says more
+        # no residual dropout unless the config asks: Megatron-Bridge's bridges set hidden_dropout 0.0 for Llama,
+        # Qwen2/3, Qwen3-MoE, DeepSeek-V2/V3/V4 and gpt-oss (src/megatron/bridge/models/*/..._bridge.py)
+        hidden_dropout=c.fraction("hidden_dropout", 0.0),
         **extra,
     )
 
@@ -295,4 +312,5 @@ def _gpt2(c: _Config, model_id: str) -> ModelSpec:
         max_position_embeddings=positions,
         learned_positions=positions,
         final_params=2 * d,  # ln_f
+        hidden_dropout=c.fraction("resid_pdrop", GPT2_RESID_PDROP),
     )

@@ -158,6 +158,7 @@ class ModelSpec:
     learned_positions: int = 0  # rows of a learned position table (GPT-2); 0 with RoPE
     final_params: int = 0  # final norm (+ DSV4 hc_head_{fn,base,scale} that folds the streams before the head)
     value_head: bool = False  # a PPO critic: the LM head replaced by hidden -> 1 (Miles LinearForLastLayer)
+    hidden_dropout: float = 0.0  # residual (hidden) dropout rate: > 0 keeps a 1-byte mask per element per block
 
     @property
     def head_size(self) -> int:

@@ -146,7 +146,8 @@ class MemoryBreakdown:
 # only a per-head FP32 log-sum-exp, so "none" and "selective" (Megatron's default `core_attn` recompute) store the
 # same. Each term is written per token:
 #   attention: input to QKV 2h, Q 2(a d_qk), K 2(kv d_qk), V 2(kv d_v), input to the output projection 2(a d_v),
-#     softmax stats 4a, dropout mask h (for GPT MHA with d = h/a: 2h + 6h + 2h + h = 11h, Korthikanti);
+#     softmax stats 4a, dropout mask h (for GPT MHA with d = h/a: 2h + 6h + 2h + h = 11h, Korthikanti; the masks
+#     only when the model has residual dropout, ModelSpec.hidden_dropout > 0);
 #   MLP: input 2h, fc1 output 2I (gated: gate and up 4I), activation output 2I, dropout mask h
 #     (GELU with I = 4h: 2h + 16h + h = 19h, Korthikanti);
 #   norms: input of each of the two norms 2h -> 4h.
@@ -176,11 +177,12 @@ class MemoryBreakdown:
 # Everything else (norm inputs, Q/K/V, fc1 outputs for the activation's backward) stays BF16.
 
 
-def _attention_tokens_bytes(a: AttentionSpec, tp: int, rep: int, gemm_in: float = BF16) -> float:
+def _attention_tokens_bytes(a: AttentionSpec, tp: int, rep: int, gemm_in: float = BF16, mask: float = MASK) -> float:
     """Bytes per token stored by one attention block; `rep` divides token-side (replicated) tensors (tp under SP);
-    `gemm_in`: bytes per element of a saved linear input (1 under FP8)."""
+    `gemm_in`: bytes per element of a saved linear input (1 under FP8); `mask`: of the output dropout mask (0
+    without dropout)."""
     h, heads = a.hidden_size, a.num_heads
-    token_side = gemm_in * h + MASK * h  # input to the projections, output dropout mask
+    token_side = gemm_in * h + mask * h  # input to the projections, output dropout mask
     per_head = FP32 * heads  # flash-attention log-sum-exp
     proj_copy = heads * a.v_head_dim * gemm_in if gemm_in < BF16 else 0.0  # FP8: the output projection's own input
     if a.kind == "gqa":
@@ -214,9 +216,10 @@ def _mlp_width_bytes(f: FFNSpec, width: float, gemm_in: float = BF16) -> float:
     return width * (BF16 * (2 if f.gated else 1) + gemm_in)
 
 
-def _ffn_tokens_bytes(f: FFNSpec, tp: int, rep: int, etp: int, imbalance: float, gemm_in: float = BF16) -> float:
+def _ffn_tokens_bytes(f: FFNSpec, tp: int, rep: int, etp: int, imbalance: float, gemm_in: float = BF16,
+                      mask: float = MASK) -> float:
     h = f.hidden_size
-    token_side = gemm_in * h + MASK * h  # MLP / router input, output dropout mask
+    token_side = gemm_in * h + mask * h  # MLP / router input, output dropout mask
     if f.kind == "dense":
         return token_side / rep + _mlp_width_bytes(f, f.intermediate_size, gemm_in) / tp
     k = f.top_k * imbalance
@@ -238,21 +241,24 @@ def layer_activation_bytes(
     attention_kernel: str = "flash",
     seq_len: int = 0,
     precision: str = "bf16",
+    dropout: bool = True,
 ) -> float:
     """Bytes one layer keeps for the backward of one micro-batch of `tokens` tokens (per GPU, after CP).
     `recompute`: none | selective (equal under flash attention) | full (layer input only). A materialized
     attention without recompute also keeps its BF16 softmax output, heads/tp x seq_len per query token
     (the 2as^2b of Korthikanti et al. 2022, eq. 1, without the dropout mask and output: no attention dropout);
-    selective recompute drops exactly that. `precision` fp8: linear inputs saved in FP8 (above)."""
+    selective recompute drops exactly that. `precision` fp8: linear inputs saved in FP8 (above); `dropout` False:
+    no residual dropout, no masks (the model's hidden_dropout 0)."""
     h = layer.attention.hidden_size
     rep = tp if sequence_parallel and tp > 1 else 1
     if recompute == "full":
         return tokens * BF16 * hc_mult * h / rep
     gemm_in = FP8 if precision == "fp8" and layer.attention.kind in ("gqa", "mla") else BF16
-    per_token = _attention_tokens_bytes(layer.attention, tp, rep, gemm_in)
+    mask = MASK if dropout else 0.0
+    per_token = _attention_tokens_bytes(layer.attention, tp, rep, gemm_in, mask)
     if attention_kernel == "materialized" and recompute == "none":
         per_token += BF16 * layer.attention.num_heads / tp * seq_len
-    per_token += _ffn_tokens_bytes(layer.ffn, tp, rep, etp, expert_load_imbalance, gemm_in)
+    per_token += _ffn_tokens_bytes(layer.ffn, tp, rep, etp, expert_load_imbalance, gemm_in, mask)
     per_token += 2 * BF16 * h / rep  # inputs of the two norms
     if hc_mult > 1:
         per_token += 2 * BF16 * hc_mult * h / rep  # hc-wide stream kept by the pre/post mixers of each sub-block
@@ -289,7 +295,7 @@ def activations_on_rank(scn: Scenario, rank: int, expert_load_imbalance: float =
 
     def layer_bytes(layer: LayerSpec, recompute: str) -> float:
         return layer_activation_bytes(layer, tokens, lay.tp, sp, recompute, lay.etp, m.hc_mult, expert_load_imbalance,
-                                      scn.stack.attention_kernel, t.seq_len, t.precision)
+                                      scn.stack.attention_kernel, t.seq_len, t.precision, m.hidden_dropout > 0)
 
     inflight = inflight_per_stage(scn, rank)
     total = 0.0
@@ -302,7 +308,7 @@ def activations_on_rank(scn: Scenario, rank: int, expert_load_imbalance: float =
         if stage == 0:
             # token ids (INT64) and the embedding dropout mask per in-flight micro-batch (Megatron
             # theoretical_memory_usage.py: 8 s b p + s b h p)
-            total += count * tokens * (INT64 + MASK * m.hidden_size) / rep
+            total += count * tokens * (INT64 + (MASK if m.hidden_dropout > 0 else 0) * m.hidden_size) / rep
     if holds_head(scn, rank):
         held.extend(m.mtp_layers)
         # one micro-batch reaches the loss at a time: final norm input/output, FP32 logits kept by the

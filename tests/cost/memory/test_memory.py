@@ -369,6 +369,25 @@ def test_fsdp_in_fp8_keeps_no_whole_model_fp8_cache():
     assert fp8.comm_buffers_bytes - bf16.comm_buffers_bytes == pytest.approx(2 * layer_params, rel=0.01)
 
 
+def test_dropout_masks_only_with_residual_dropout():
+    """A 1-byte mask per element after attention and after the MLP only when the model drops out: GPT-2 configs
+    (resid_pdrop, default 0.1) do, the catalogue's Llama / Qwen / DeepSeek / gpt-oss (hidden_dropout 0, as
+    Megatron-Bridge's bridges set it) do not; a rate outside [0, 1) is refused naming the key."""
+    from perfmodel.errors import InputError
+    from perfmodel.inputs.model import model_from_hf_config
+
+    gpt = {"architectures": ["GPT2LMHeadModel"], "n_embd": 1024, "n_layer": 2, "n_head": 16, "vocab_size": 50257}
+    assert model_from_hf_config(gpt).hidden_dropout == 0.1
+    assert model_from_hf_config(gpt | {"resid_pdrop": 0.0}).hidden_dropout == 0.0
+    assert load_model("llama3-8b").hidden_dropout == 0.0
+    with pytest.raises(InputError, match="resid_pdrop"):
+        model_from_hf_config(gpt | {"resid_pdrop": 1.5})
+    layer, h, t = load_model("llama3-8b").layers[0], 4096, 4
+    masks = layer_activation_bytes(layer, 1000, tp=t, sequence_parallel=True) - layer_activation_bytes(
+        layer, 1000, tp=t, sequence_parallel=True, dropout=False)
+    assert masks == pytest.approx(1000 * 2 * h / t)
+
+
 def test_fp8_saves_linear_inputs_in_fp8():
     """TE keeps each linear's input for its weight gradient as FP8 (1 byte): the QKV and fc1 inputs and the fc2
     input; the output projection's FP8 input is a copy beside the BF16 core output the attention keeps."""
