@@ -193,6 +193,10 @@ class Stack(BaseModel):
         doc="fused (TransformerEngine/Apex kernels, or torch.compile) or eager (each norm, RoPE and gated "
             "activation a chain of ATen ops through HBM, `cost/train/eager.py`; below); a run's "
             "`stack_options.torch_compile` sets it: true fused, false eager")
+    grad_reduce_in_bf16: bool = knob(
+        False, part="train", option=True,
+        doc="the main-grad buffer in BF16 (Megatron --grad-reduce-in-bf16, megatron-core DDP grad_reduce_in_fp32 "
+            "False) or FP32 (Megatron's default for BF16 training): its bytes per parameter in training memory")
     flops_convention: FlopsConvention = knob(
         "mbridge-25.11", part="train",
         doc="how the run's framework counts model FLOPs for its TFLOP/s and MFU (`cost/train/flops.py`): "

@@ -5,7 +5,7 @@
 * weights: BF16 parameters of the rank's virtual stages (+ TE's cached FP8 copies when training in FP8, the
   gathered layer's only under FSDP);
 * grads: Megatron's main-grad buffer, FP32 by default (`accumulate_allreduce_grads_in_fp32`, forced on for BF16
-  unless `--grad-reduce-in-bf16`), BF16 with `grad_reduce_in_bf16=True`;
+  unless `--grad-reduce-in-bf16`), BF16 with the stack knob `grad_reduce_in_bf16` (or the argument);
 * optimizer: FP32 master weights + Adam exp_avg + exp_avg_sq = 12 bytes/param, sharded by the distributed optimizer
   (dense params over dp x cp, routed experts over expert_dp); the `optimizer_offload_fraction` share lives on the
   host (`optimizer_host_bytes`, checked against host memory per GPU);
@@ -390,7 +390,7 @@ def _rank_memory(
     weights = BF16 * held
     if t.precision == "fp8" and not t.fsdp:
         weights += FP8_WEIGHT_CACHE_BYTES * (dense + expert - non_gemm)  # caches of the (unsharded) GEMM weights
-    grads = (BF16 if grad_bf16 else FP32) * held
+    grads = (BF16 if grad_bf16 or scn.stack.grad_reduce_in_bf16 else FP32) * held
     sharded = t.distributed_optimizer or t.fsdp
     state_params = dense / dense_dp + expert / expert_dp if sharded else dense + expert
     state = OPTIMIZER_STATE_BYTES * state_params

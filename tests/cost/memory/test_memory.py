@@ -9,6 +9,7 @@ re-derived below from its published terms (not copied), and against hand counts 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import yaml
@@ -333,6 +334,11 @@ def test_grad_reduce_in_bf16_halves_the_grad_buffer():
     scn = _seed()
     assert training_memory(scn, 0, grad_reduce_in_bf16=True).grads_bytes == pytest.approx(
         training_memory(scn, 0).grads_bytes / 2)
+    knob = dataclasses.replace(scn, stack=scn.stack.with_knobs({"grad_reduce_in_bf16": True}, "test"))
+    assert training_memory(knob, 0).grads_bytes == pytest.approx(training_memory(scn, 0).grads_bytes / 2)
+    # Megatron-Bridge's performance recipes keep BF16 main grads (ddp.grad_reduce_in_fp32 False)
+    from perfmodel.inputs.stack import resolve_stack
+    assert resolve_stack("megatron-bridge@26.04").grad_reduce_in_bf16 and not resolve_stack(None).grad_reduce_in_bf16
 
 
 def test_margin_default_and_override():
