@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.calibration import Calibration, load_calibration, prediction_band
+from perfmodel.cost.memory.training import memoized_training_memory
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import ValidationCase, case_paths, load_case
 from perfmodel.inputs.scenario import build_scenario
@@ -30,6 +31,7 @@ class CaseResult:
     model: str = ""  # what decides a case's pairs (validation_pairs.py)
     stack_named: str = ""  # as the case names it (framework@release)
     hardware: str = ""
+    fits: bool | None = None  # a training run's memory as priced fits its GPUs (a run that ran must); None: serve
 
 
 def score_case(case: ValidationCase, path: str, calibrations: list[Calibration] | None = None,
@@ -48,6 +50,8 @@ def score_case(case: ValidationCase, path: str, calibrations: list[Calibration] 
         res.split_note = scenario.split_note
         res.stack, res.stack_notes = scenario.stack.id, scenario.stack.notes
         predicted = predict_metrics(scenario, memo)
+        if case.kind != "serve":
+            res.fits = memoized_training_memory(scenario, memo or Memo()).fits
         if band:  # the overlay is already in the scenario: the band only needs its covariance
             bands = prediction_band(scenario, overlay.uncertainty_only() if overlay else None, memo)
     except InputError as err:
@@ -110,6 +114,9 @@ def run_validation(paths: list[str], calibrations: list[str] | None = None, band
         by_kind[kind] = _stats(kind_rows) | {
             "failed_cases": sum(1 for r in results if r.kind == kind and r.failed_reason)}
     summary["by_kind"] = by_kind
+    priced = [r for r in results if r.fits is not None]
+    summary["memory"] = {"runs": len(priced), "fit": sum(1 for r in priced if r.fits),
+                         "over": sorted(r.id for r in priced if not r.fits)}
     return {
         "cases": rows,
         "pairs": ordered_pairs(pair_members(results)),

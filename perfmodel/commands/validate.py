@@ -92,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"  {kind}: n={ks['n']}, mean |error| {_fmt_pct(ks['mean_abs_rel_error'])}, "
                   f"max |error| {_fmt_pct(ks['max_abs_rel_error'])}, not predicted {ks['failed_cases']}"
                   .replace("+", "") + band, soft_wrap=True)
+    mem = s.get("memory", {})
+    if mem.get("runs"):
+        out.print(f"training memory: {mem['fit']} of {mem['runs']} measured runs fit their GPUs as priced (a run that "
+                  "ran fits: the rest are the memory model's misses; --json lists them)", soft_wrap=True)
     return 0
 
 
