@@ -1,7 +1,8 @@
 """Published runs ran, so they fit their GPUs: the memory model's misses are counted (`validate`'s "training
 memory" line) and may not grow. 158 of 246 fit as priced on 2026-12-04 (125 of 218 pretraining runs priced over
 before that day's FP8 activation, FSDP cache, dropout-mask and BF16-grad corrections); the rest are known misses
-(activation CPU offloading unpriced, Llama 3.1 405B's deep interleaved pipelines about 1.2x over)."""
+(Llama 3.1 405B's deep interleaved pipelines about 1.2x over, DeepSeek-V3 and gpt-oss layouts, Llama 3 70B FSDP with
+its activation offload 1.01-1.11x)."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from perfmodel.inputs.bounds import (
     MAX_GLOBAL_BATCH,
     MAX_GPUS,
+    MAX_LAYERS,
     MAX_MICRO_BATCH,
     MAX_PARALLEL_DEGREE,
     MAX_RESPONSES_PER_STEP,
@@ -83,6 +84,10 @@ class TrainSpec(_Strict):
     distributed_optimizer: bool = True
     fsdp: bool = False
     optimizer_offload_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    activation_offload_layers: int = Field(
+        0, ge=0, le=MAX_LAYERS, description="decoder layers whose activations go to host memory during the forward "
+        "and come back for the backward (Megatron --cpu-offloading with --cpu-offloading-num-layers, activations "
+        "only; the first layers): pp 1 and no recompute, as megatron-core requires")
     max_tokens_per_gpu: int | None = Field(None, ge=1, le=MAX_SEQ_LEN * MAX_MICRO_BATCH,
                                            description="dynamic micro-batching by token budget")
     moe_dispatcher: MoEDispatcher = Field(

@@ -215,6 +215,18 @@ def _check_layout(run: RunSpec, m: ModelSpec, stack: Stack, source: str) -> tupl
             raise _fail(source, f"{f}.ep", f"{m.id or m.family} has no MoE layers; ep and etp must be 1")
         expert_dp = dp
 
+    if t.activation_offload_layers:  # megatron-core TransformerConfig.__post_init__'s rules for cpu_offloading
+        g = "train.activation_offload_layers"
+        if lay.pp > 1:
+            raise _fail(source, g, f"megatron-core offloads activations only without pipeline parallelism (pp "
+                        f"{lay.pp}): use pp 1 or 0 offloaded layers")
+        if t.recompute != "none":
+            raise _fail(source, g, f"megatron-core does not offload activations with recompute ({t.recompute}): "
+                        "use recompute none or 0 offloaded layers")
+        if t.activation_offload_layers >= len(m.layers):
+            raise _fail(source, g, f"{t.activation_offload_layers} of {len(m.layers)} layers: at most "
+                        f"{len(m.layers) - 1} (megatron-core keeps at least one layer's activations on the GPU)")
+
     if t.seq_len % (2 * lay.cp if lay.cp > 1 else 1):
         raise _fail(source, "train.seq_len", f"seq_len {t.seq_len} must be divisible by 2 x cp = {2 * lay.cp} "
                     "(load-balanced context parallel)")

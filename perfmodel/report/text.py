@@ -60,8 +60,9 @@ def print_result(result, console: Console | None = None) -> None:
                  "margin_bytes")
         parts = ", ".join(f"{k.removesuffix('_bytes')} {_gb(mem[k])}" for k in shown if mem.get(k))
         fits = "fits" if mem.get("fits") else "DOES NOT FIT"
-        host = (f"; host: optimizer {_gb(mem['optimizer_host_bytes'])} of {_gb(mem['host_capacity_bytes'])} per GPU"
-                if mem.get("optimizer_host_bytes") else "")
+        on_host = [f"{k.removesuffix('_host_bytes')} {_gb(mem[k])}" for k in ("optimizer_host_bytes",
+                                                                              "activations_host_bytes") if mem.get(k)]
+        host = f"; host: {', '.join(on_host)} of {_gb(mem['host_capacity_bytes'])} per GPU" if on_host else ""
         console.print(f"memory per GPU (worst pipeline rank {mem.get('pipeline_rank', 0)}): {_gb(mem['total_bytes'])} "
                       f"of {_gb(mem['capacity_bytes'])} ({fits}): {parts}{host}", soft_wrap=True)
 

@@ -78,6 +78,9 @@ def _mutations() -> list[tuple[str, Any, str]]:
     def recompute(d: dict[str, Any]) -> None:
         d["train"]["recompute"] = "full"
 
+    def act_offload(d: dict[str, Any]) -> None:
+        d["train"]["activation_offload_layers"] = 1
+
     return [
         ("executor.options.colour", opt, "unknown key"),
         ("gpus", procs, "4 trainer processes but this machine has 2 CPU cores"),
@@ -92,6 +95,7 @@ def _mutations() -> list[tuple[str, Any, str]]:
         ("rl.weight_update.mode", bcast, "use ipc"),
         ("train.moe_dispatcher", deepep, "alltoall dispatcher"),
         ("train.recompute", recompute, "no activation recompute"),
+        ("train.activation_offload_layers", act_offload, "offloads no activations"),
     ]
 
 

@@ -191,6 +191,13 @@ def test_recompute_and_offload(seed):
         assert not la.has(f)
 
 
+def test_activation_offload(seed):
+    assert not launch_of(seed).has("--cpu-offloading-num-layers")
+    seed["train"].update(activation_offload_layers=6, recompute="none", layout={"tp": 1, "pp": 1, "ep": 4})
+    seed["train"].pop("pipeline_layers", None)
+    assert launch_of(seed).values("--cpu-offloading-num-layers") == ["6"]
+
+
 def test_moe_dispatcher(seed):
     assert not launch_of(seed).has("--moe-flex-dispatcher-backend")  # alltoall: the model script's own setting
     seed["train"]["moe_dispatcher"] = "deepep"

@@ -138,6 +138,9 @@ def _check_layout(src: str, plan: Plan, arch: TinyArch, processes: int, on_cpu: 
         raise InputError(src, "train.schedule", "the local backend runs megatron's 1f1b schedule")
     if plan.train.recompute != "none":  # the trainer sets none: priced with it, it would run without
         raise InputError(src, "train.recompute", "the local backend runs no activation recompute: use recompute: none")
+    if plan.train.activation_offload_layers:  # priced with it, the local trainer would run without
+        raise InputError(src, "train.activation_offload_layers", "the local backend offloads no activations: use "
+                         "activation_offload_layers: 0")
     if plan.train.moe_dispatcher != "alltoall":
         raise InputError(src, "train.moe_dispatcher", "the local backend runs megatron's alltoall dispatcher "
                          "(DeepEP needs GPUs): set moe_dispatcher: alltoall")

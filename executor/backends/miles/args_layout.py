@@ -55,6 +55,8 @@ def memory_args(t: TrainSpec, opts: MilesOptions, recipe: R.ModelRecipe, src: st
         g.args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     elif t.recompute == "selective":
         g.args += ["--recompute-granularity", "selective"]
+    if t.activation_offload_layers:  # megatron-core's activation offload: the first layers' activations to the host
+        g.args += ["--cpu-offloading-num-layers", str(t.activation_offload_layers)]  # implies --cpu-offloading
     g.args += ["--micro-batch-size", str(t.micro_batch)]
     qkv = opts.qkv_format or recipe.qkv_format
     if t.max_tokens_per_gpu is not None:

@@ -10,7 +10,8 @@
   (dense params over dp x cp, routed experts over expert_dp); the `optimizer_offload_fraction` share lives on the
   host (`optimizer_host_bytes`, checked against host memory per GPU);
 * activations of the micro-batches in flight for the schedule (Korthikanti et al. 2022, generalised per layer kind;
-  linear inputs in FP8 under FP8 training);
+  linear inputs in FP8 under FP8 training), less the layers offloaded to the host (`activation_offload_layers`, in
+  `activations_host_bytes` with the offloaded optimizer state against host memory);
 * communication buffers (collective-library buffers per process group, the MoE all-to-all send buffer, PP p2p
   buffers, FSDP unshard buffers);
 * a margin for allocator fragmentation, the GPU runtime context and library workspaces.
@@ -88,10 +89,12 @@ class MemoryBreakdown:
     params_expert: float = 0.0  # routed-expert parameters held by this rank
     tokens_per_microbatch: float = 0.0  # per GPU, after CP
     microbatches_in_flight: float = 0.0  # stage-micro-batches whose activations the rank holds at peak
+    activations_host_bytes: float = 0.0  # offloaded layers' activations, in host memory (activation_offload_layers)
 
     def __post_init__(self) -> None:
         check_parts_non_negative("memory parts >= 0", f"training memory, pipeline rank {self.pipeline_rank}",
                                  self.components() | {"optimizer_host": self.optimizer_host_bytes,
+                                                      "activations_host": self.activations_host_bytes,
                                                       "total": self.total_bytes})
 
     @property
@@ -105,8 +108,13 @@ class MemoryBreakdown:
         return self.weights_bytes + self.optimizer_bytes
 
     @property
+    def host_bytes(self) -> float:
+        """Host memory this GPU's rank uses: the offloaded optimizer state and the offloaded activations."""
+        return self.optimizer_host_bytes + self.activations_host_bytes
+
+    @property
     def host_headroom_bytes(self) -> float:
-        return self.host_capacity_bytes - self.optimizer_host_bytes
+        return self.host_capacity_bytes - self.host_bytes
 
     @property
     def hbm_fits(self) -> bool:
@@ -114,7 +122,7 @@ class MemoryBreakdown:
 
     @property
     def host_fits(self) -> bool:
-        return self.optimizer_host_bytes <= self.host_capacity_bytes
+        return self.host_bytes <= self.host_capacity_bytes
 
     def components(self) -> dict[str, float]:
         return {
@@ -131,7 +139,10 @@ class MemoryBreakdown:
         line = (f"pipeline rank {self.pipeline_rank}: {parts} = {self.total_bytes / GB:.1f} GB of "
                 f"{self.capacity_bytes / GB:.1f} GB HBM")
         line += " (fits" if self.hbm_fits else f" (does NOT fit: {-self.headroom_bytes / GB:.1f} GB over"
-        line += f"); host optimizer {self.optimizer_host_bytes / GB:.1f} of {self.host_capacity_bytes / GB:.1f} GB"
+        line += f"); host optimizer {self.optimizer_host_bytes / GB:.1f}"
+        if self.activations_host_bytes:
+            line += f" + activations {self.activations_host_bytes / GB:.1f}"
+        line += f" of {self.host_capacity_bytes / GB:.1f} GB"
         line += "" if self.host_fits else f" (does NOT fit: {-self.host_headroom_bytes / GB:.1f} GB over)"
         return line
 
@@ -286,8 +297,25 @@ def inflight_per_stage(scn: Scenario, rank: int) -> dict[int, float]:
                                                 scn.train.microbatch_group_size_per_vp_stage)
 
 
-def activations_on_rank(scn: Scenario, rank: int, expert_load_imbalance: float = 1.0) -> tuple[float, float, float]:
-    """(activation bytes, comm buffer bytes that scale with tokens, stage-micro-batches in flight) of one rank."""
+def offloaded_layer_bytes(scn: Scenario, layer: LayerSpec, tokens: float, expert_load_imbalance: float = 1.0
+                          ) -> float:
+    """Activation bytes one micro-batch of `tokens` tokens (per GPU, after CP) keeps for `layer` when the run
+    offloads it to the host (`activation_offload_layers`: the first layers); 0 for a layer kept on the GPU."""
+    m, lay, t = scn.model, scn.layout, scn.train
+    if layer.index >= t.activation_offload_layers or layer.mtp_params:
+        return 0.0
+    sp = t.sequence_parallel and lay.tp > 1
+    return layer_activation_bytes(layer, tokens, lay.tp, sp, t.recompute, lay.etp, m.hc_mult, expert_load_imbalance,
+                                  scn.stack.attention_kernel, t.seq_len, t.precision, m.hidden_dropout > 0)
+
+
+def activations_on_rank(scn: Scenario, rank: int, expert_load_imbalance: float = 1.0,
+                        ) -> tuple[float, float, float, float]:
+    """(activation bytes on the GPU, comm buffer bytes that scale with tokens, stage-micro-batches in flight,
+    activation bytes offloaded to the host) of one rank. With `activation_offload_layers` n (pp 1) the first n
+    decoder layers' activations go to the host (Transformer Engine's CPU offload context, which megatron-core's
+    --cpu-offloading uses: each layer's saved tensors copied out after its forward and back before its backward,
+    double-buffered), the GPU keeping the other layers' and one offloaded layer's in transit."""
     m, lay, t = scn.model, scn.layout, scn.train
     tokens = tokens_per_microbatch(scn)
     sp = t.sequence_parallel and lay.tp > 1
@@ -301,10 +329,15 @@ def activations_on_rank(scn: Scenario, rank: int, expert_load_imbalance: float =
     total = 0.0
     work = 0.0  # one layer's full activations, rebuilt in the backward under full recompute
     held: list[LayerSpec] = []
+    host = 0.0
     for stage, count in inflight.items():
         layers = layers_of_stage(scn, stage)
         held.extend(layers)
         total += count * sum(layer_bytes(x, t.recompute) for x in layers)
+        out = [b for b in (offloaded_layer_bytes(scn, x, tokens, expert_load_imbalance) for x in layers) if b]
+        if out:
+            host += count * sum(out)
+            total -= count * sum(out) - max(out)  # one offloaded layer's activations in transit
         if stage == 0:
             # token ids (INT64) and the embedding dropout mask per in-flight micro-batch (Megatron
             # theoretical_memory_usage.py: 8 s b p + s b h p)
@@ -330,7 +363,7 @@ def activations_on_rank(scn: Scenario, rank: int, expert_load_imbalance: float =
         comm += max(tokens * f.top_k * expert_load_imbalance * BF16 * f.hidden_size for f in moe) / rep
     if lay.pp > 1:
         comm += 2 * tokens * BF16 * m.hc_mult * m.hidden_size / rep
-    return total + work, comm, sum(inflight.values())
+    return total + work, comm, sum(inflight.values()), host
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -404,7 +437,7 @@ def _rank_memory(
         # gradients and optimizer state as the actor's (the value head's hidden x 1 for the LM head is negligible)
         weights, grads, optimizer_gpu, optimizer_host = 2 * weights, 2 * grads, 2 * optimizer_gpu, 2 * optimizer_host
 
-    acts, token_comm, inflight = activations_on_rank(scn, rank, imbalance)
+    acts, token_comm, inflight, acts_host = activations_on_rank(scn, rank, imbalance)
     comm = _process_groups(scn) * COMM_BUFFER_PER_GROUP_BYTES + token_comm
     if t.fsdp:
         # FSDP unshards one layer while prefetching the next (BF16) and reduce-scatters its grads (FP32)
@@ -419,7 +452,7 @@ def _rank_memory(
     margin = hw.hbm_bytes * MARGIN_FRACTION_OF_HBM + MARGIN_FIXED_BYTES if margin_bytes is None else margin_bytes
     total = weights + grads + optimizer_gpu + acts + comm + margin
     host_cap = hw.host_memory_bytes / hw.gpus_per_node
-    fits = total <= hw.hbm_bytes and optimizer_host <= host_cap
+    fits = total <= hw.hbm_bytes and optimizer_host + acts_host <= host_cap
     return MemoryBreakdown(
         pipeline_rank=rank,
         weights_bytes=weights,
@@ -437,6 +470,7 @@ def _rank_memory(
         params_expert=expert,
         tokens_per_microbatch=tokens_per_microbatch(scn),
         microbatches_in_flight=inflight,
+        activations_host_bytes=acts_host,
     )
 
 

@@ -34,6 +34,7 @@ from perfmodel.cost.compute import (
     train_fp8_gemm_rel,
 )
 from perfmodel.cost.dispatch import dispatch_s
+from perfmodel.cost.memory.training import offloaded_layer_bytes
 from perfmodel.cost.params import stage_params
 from perfmodel.cost.train.eager import as_eager
 from perfmodel.cost.train.layers import (
@@ -312,6 +313,13 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
         t, flops = _layer_times(scn, layer, s, places, imbalance(layer), moe, memo)
         total.add(t)
         model_flops_fwd += flops
+        if scn.train.activation_offload_layers:
+            # an offloaded layer's activations go to the host after its forward and come back before its backward,
+            # on a side stream under the next layer's pass (Transformer Engine's CPU offload context): what the
+            # host link takes beyond the layer's own pass shows
+            copy = host_copy_s(hw, offloaded_layer_bytes(scn, layer, s.tokens / s.cp, imbalance(layer)))
+            total.fwd += max(0.0, copy - t.fwd - sum(t.fwd_comm.values()))
+            total.bwd_in += max(0.0, copy - t.bwd_in - t.bwd_w - sum(t.bwd_comm.values()))
         if recompute == "full":
             recompute_s += t.fwd
             for k in COMM_KINDS:

@@ -83,6 +83,17 @@ def hf_config_without_mtp(model_id: str) -> dict:
     return cfg
 
 
+# Layers whose activations the performance recipe offloads to the host (megatron-core --cpu-offloading), per (model,
+# hardware, precision, FSDP): the table does not list it. Megatron-Bridge scripts/performance/configs/llama/
+# llama3_workload_base_configs.py, the same at tags v0.2.0 (NeMo 25.11) through v0.5.0 (26.06):
+# LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V1 cpu_offloading_num_layers=40, ..._GB300_FP8_CS_V1 20, ..._GB200_BF16_V1
+# 20, ..._GB300_BF16_V1 30 (each with use_megatron_fsdp=True).
+ACTIVATION_OFFLOAD = {("llama3-70b", "gb200", "fp8", True): 40, ("llama3-70b", "gb300", "fp8", True): 20,
+                      ("llama3-70b", "gb200", "bf16", True): 20, ("llama3-70b", "gb300", "bf16", True): 30}
+OFFLOAD_SOURCE = ("Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py (tags v0.2.0 to "
+                  "v0.5.0), cpu_offloading_num_layers of the {hw} {precision} config")
+
+
 def case_for(container: str, page: str, system: str | None, model: str | None, row: dict) -> tuple[dict | None, str]:
     system = system or row.get("System", "")
     name = model or row.get("Model", "")
@@ -131,6 +142,11 @@ def case_for(container: str, page: str, system: str | None, model: str | None, r
         "notes": f"{precision_cell} as published; recompute not listed (none assumed); MoE rows force-balanced, "
                  "dropless" + (f"; variant {variant}" if variant else ""),
     }
+    offload = ACTIVATION_OFFLOAD.get((model_id, hw, precision, fsdp))
+    if offload:
+        case["train"]["activation_offload_layers"] = offload
+        case["notes"] += (f"; activations of {offload} layers offloaded to the host: "
+                          + OFFLOAD_SOURCE.format(hw=hw.upper(), precision=precision_cell))
     return case, ""
 
 
