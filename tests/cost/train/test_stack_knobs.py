@@ -130,7 +130,8 @@ def test_mxfp8_gemms_run_at_the_profiles_rate() -> None:
 
 def _fsdp(pp: int, reshard: bool | None, fsdp: bool = True) -> Scenario:
     case = load_case(FSDP_CASE)
-    train = case.train.model_copy(update={"fsdp": fsdp, "layout": case.train.layout.model_copy(update={"pp": pp})})
+    train = case.train.model_copy(update={"fsdp": fsdp, "layout": case.train.layout.model_copy(update={"pp": pp}),
+                                          "activation_offload_layers": 0})  # megatron offloads only without PP
     scn = build_scenario(case.model_copy(update={"train": train}))
     return _with(scn, fsdp_reshard_after_forward=reshard)
 
@@ -229,7 +230,7 @@ def test_eager_time_is_the_extra_bytes_and_launches_and_compiling_gains_what_pyt
     d = yaml.safe_load(FSDP_CASE.read_text())
     d.update(hardware="a100-80gb", gpus=8, model={"id": "llama3-8b"})
     d["train"].update(precision="bf16", seq_len=4096, micro_batch=2, global_batch=256, recompute="selective",
-                      layout={"tp": 1, "pp": 1, "dp": 8})
+                      layout={"tp": 1, "pp": 1, "dp": 8}, activation_offload_layers=0)
 
     def tokens_per_s(stack: str, options: dict | None = None) -> float:
         case = ValidationCase.model_validate({**d, "stack": stack, "stack_options": options})
