@@ -25,12 +25,7 @@ def print_result(result, console: Console | None = None) -> None:
         f"{d['stack']}"), soft_wrap=True, markup=True)
     for note in d.get("stack_notes", []):
         console.print(f"note: {note}", soft_wrap=True)
-    m = Table(title="prediction", show_header=True)
-    m.add_column("metric")
-    m.add_column("value", justify="right")
-    for k, v in d["metrics"].items():
-        m.add_row(k, f"{v:,.4g}")
-    console.print(m)
+    _print_metrics(d["metrics"], console)
     for title, key in (("where the time goes (s, mean over pipeline ranks)", "breakdown_s"),
                        ("RL step phases (s)", "phases_s")):
         if key in d:
@@ -73,12 +68,7 @@ def _print_serve(d: dict, console: Console) -> None:
         f"benchmark of {d['model']} on {d['gpus']} x {d['hardware']}: {d['engines']} engine(s) x {d['engine_gpus']} "
         f"GPUs ({d['engine_layout']}), {d['requests']} requests at concurrency {d['concurrency']}, stack "
         f"{d['stack']}"), soft_wrap=True, markup=True)
-    m = Table(title="prediction", show_header=True)
-    m.add_column("metric")
-    m.add_column("value", justify="right")
-    for k, v in d["metrics"].items():
-        m.add_row(k, f"{v:,.4g}")
-    console.print(m)
+    _print_metrics(d["metrics"], console)
     step = d["decode_step"]
     t = Table(title=f"one decode step: {step['batch']} requests at {step['context_tokens']:,.0f} tokens of context "
                     "(ms, per GPU)")
@@ -91,4 +81,14 @@ def _print_serve(d: dict, console: Console) -> None:
         t.add_row(k, f"{v:,.3f}", f"{100 * v / total:.1f}%")
     t.add_row("total", f"{total:,.3f}", "")
     console.print(t)
+
+
+def _print_metrics(metrics: dict[str, float], console: Console) -> None:
+    """The prediction's figures, one row each."""
+    m = Table(title="prediction", show_header=True)
+    m.add_column("metric")
+    m.add_column("value", justify="right")
+    for k, v in metrics.items():
+        m.add_row(k, f"{v:,.4g}")
+    console.print(m)
 
