@@ -297,16 +297,24 @@ def inflight_per_stage(scn: Scenario, rank: int) -> dict[int, float]:
                                                 scn.train.microbatch_group_size_per_vp_stage)
 
 
+def scenario_layer_bytes(scn: Scenario, layer: LayerSpec, tokens: float, expert_load_imbalance: float = 1.0,
+                         recompute: str | None = None) -> float:
+    """`layer_activation_bytes` of `layer` for one micro-batch of `tokens` tokens (per GPU, after CP) as the
+    scenario runs it (its layout, precision, attention kernel, the model's dropout; `recompute` default the run's)."""
+    m, lay, t = scn.model, scn.layout, scn.train
+    sp = t.sequence_parallel and lay.tp > 1
+    return layer_activation_bytes(layer, tokens, lay.tp, sp, t.recompute if recompute is None else recompute,
+                                  lay.etp, m.hc_mult, expert_load_imbalance, scn.stack.attention_kernel, t.seq_len,
+                                  t.precision, m.hidden_dropout > 0)
+
+
 def offloaded_layer_bytes(scn: Scenario, layer: LayerSpec, tokens: float, expert_load_imbalance: float = 1.0
                           ) -> float:
-    """Activation bytes one micro-batch of `tokens` tokens (per GPU, after CP) keeps for `layer` when the run
-    offloads it to the host (`activation_offload_layers`: the first layers); 0 for a layer kept on the GPU."""
-    m, lay, t = scn.model, scn.layout, scn.train
-    if layer.index >= t.activation_offload_layers or layer.mtp_params:
+    """Activation bytes one micro-batch keeps for `layer` when the run offloads it to the host
+    (`activation_offload_layers`: the first layers); 0 for a layer kept on the GPU."""
+    if layer.index >= scn.train.activation_offload_layers or layer.mtp_params:
         return 0.0
-    sp = t.sequence_parallel and lay.tp > 1
-    return layer_activation_bytes(layer, tokens, lay.tp, sp, t.recompute, lay.etp, m.hc_mult, expert_load_imbalance,
-                                  scn.stack.attention_kernel, t.seq_len, t.precision, m.hidden_dropout > 0)
+    return scenario_layer_bytes(scn, layer, tokens, expert_load_imbalance)
 
 
 def activations_on_rank(scn: Scenario, rank: int, expert_load_imbalance: float = 1.0,
@@ -322,8 +330,7 @@ def activations_on_rank(scn: Scenario, rank: int, expert_load_imbalance: float =
     rep = lay.tp if sp else 1
 
     def layer_bytes(layer: LayerSpec, recompute: str) -> float:
-        return layer_activation_bytes(layer, tokens, lay.tp, sp, recompute, lay.etp, m.hc_mult, expert_load_imbalance,
-                                      scn.stack.attention_kernel, t.seq_len, t.precision, m.hidden_dropout > 0)
+        return scenario_layer_bytes(scn, layer, tokens, expert_load_imbalance, recompute)
 
     inflight = inflight_per_stage(scn, rank)
     total = 0.0
