@@ -82,14 +82,9 @@ def simulate(run: RunLike, *, calibration: CalibrationLike = None, trace: bool =
     cal = _calibration(calibration)
     if cal is not None:
         cal.check(base, source)
-    scn = cal.apply(base) if cal else base
-    if spec.kind == "serve":
-        from perfmodel.sim.serving import simulate_serving
-
-        if trace:
-            raise InputError(source, "--trace", "a serving benchmark has no step to trace; drop --trace")
-        return simulate_serving(scn)
-    return simulate_scenario(scn, record_trace=trace)
+    if spec.kind == "serve" and trace:
+        raise InputError(source, "--trace", "a serving benchmark has no step to trace; drop --trace")
+    return simulate_scenario(cal.apply(base) if cal else base, record_trace=trace)  # a serving one: its ServeResult
 
 
 @dataclass
