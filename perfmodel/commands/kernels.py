@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--hardware", required=True, metavar="ID")
     s.add_argument("--dtype", default="bf16")
     s.add_argument("--world-size", type=int, default=1, help="GPUs taking part (collectives, EP)")
-    s.add_argument("--variant", default="", help="'', engine, graph or ll (docs/kernels.md)")
+    s.add_argument("--variant", default="", help="'', engine, engine-kernel, graph or ll (docs/kernels.md)")
     s.set_defaults(func=run_show)
 
 

@@ -178,16 +178,18 @@ def activation_quant_time_s(hw: HardwareProfile, m: float, k: float, recipe: str
     return hw.engine_quant_fixed_s + quantize_hbm_bytes(m, k, dtype) / hbm_rate(hw)
 
 
-def engine_gemm_time_s(hw: HardwareProfile, m: float, n: float, k: float, recipe: str) -> float:
+def engine_gemm_time_s(hw: HardwareProfile, m: float, n: float, k: float, recipe: str,
+                       quantize: bool = True) -> float:
     """One inference-engine linear [m, k] @ [k, n] in `recipe` (ENGINE_RECIPES): the GEMM kernel's fixed time
     (KERNEL_OVERHEAD_S, the engine's per-kernel floor), its roofline at `engine_gemm_rate` (the curve's efficiency
-    at this GEMM's FLOPs), and for FP8/FP4 the activation quantize kernel before it."""
+    at this GEMM's FLOPs), and for FP8/FP4 the activation quantize kernel before it (not with `quantize` False:
+    the kernel alone, as a tuner times it)."""
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
     dtype = "fp8" if recipe == "fp8_block" else recipe
     flops = gemm_flops(m, n, k)
     t = roofline_s(gemm_hbm_bytes(m, n, k, dtype), hbm_rate(hw), flops, engine_gemm_rate(hw, recipe, flops))
-    return KERNEL_OVERHEAD_S + t + activation_quant_time_s(hw, m, k, recipe)
+    return KERNEL_OVERHEAD_S + t + (activation_quant_time_s(hw, m, k, recipe) if quantize else 0.0)
 
 
 def attention_time_s(

@@ -53,8 +53,10 @@ def _gemm(r: KernelRow, hw: HardwareProfile) -> float:
 
 def _gemm_engine(r: KernelRow, hw: HardwareProfile) -> float:
     """An engine's linear layer as the engine prices it (cost/compute.py engine_gemm_time_s): the recipe's rate
-    and, in FP8/FP4, the activation quantize kernel the measured op runs first."""
-    return engine_gemm_time_s(hw, r.get("m"), r.get("n"), r.get("k"), _gemm_lane_dtype(r.dtype))
+    and, in FP8/FP4, the activation quantize kernel the measured op runs first (variant `engine-kernel`: the GEMM
+    kernel alone, as AITER's tuner times it, its input already quantized)."""
+    return engine_gemm_time_s(hw, r.get("m"), r.get("n"), r.get("k"), _gemm_lane_dtype(r.dtype),
+                              quantize=r.variant != "engine-kernel")
 
 
 def _prefill_train(r: KernelRow, hw: HardwareProfile) -> float:
@@ -171,7 +173,8 @@ def _dispatch(r: KernelRow, hw: HardwareProfile) -> float:
 
 LANES: tuple[Lane, ...] = (
     *(Lane(f"gemm {dt}", "gemm", ("",), _gemm) for dt in ("bf16", "fp8", "fp8_block", "fp4")),
-    *(Lane(f"gemm {dt} engine", "gemm", ("engine",), _gemm_engine) for dt in ("bf16", "fp8", "fp8_block", "fp4")),
+    *(Lane(f"gemm {dt} engine", "gemm", ("engine", "engine-kernel"), _gemm_engine)
+      for dt in ("bf16", "fp8", "fp8_block", "fp4")),
     Lane("attention_prefill train", "attention_prefill", ("", "engine"), _prefill_train,
          lambda r: r.get("cached") == 0),
     Lane("attention_prefill engine", "attention_prefill", ("", "engine"), _prefill_engine),

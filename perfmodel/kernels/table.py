@@ -37,7 +37,7 @@ FILE_OF: dict[str, str] = {"gemm": "gemm.csv", "grouped_gemm": "grouped_gemm.csv
                            **{op: "collectives.csv" for op in ("all_reduce", "all_gather", "reduce_scatter",
                                                                "all_to_all", "ep_dispatch", "ep_combine")}}
 DTYPES = ("fp32", "bf16", "fp16", "fp8", "fp8_block", "mxfp8", "fp4")
-VARIANTS = ("", "engine", "graph", "ll")
+VARIANTS = ("", "engine", "engine-kernel", "graph", "ll")
 
 
 @dataclass(frozen=True, slots=True)
