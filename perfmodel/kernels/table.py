@@ -60,8 +60,8 @@ class KernelRow:
     where: str = field(default="", compare=False)  # file:line, for the worst-rows listing
 
     def get(self, key: str) -> int:
-        required, optional = OPS[self.op]
-        return int(self.shape[key]) if key in self.shape else optional[key]
+        value = self.shape.get(key)
+        return int(value) if value is not None else OPS[self.op][1][key]  # absent: the op's default
 
 
 def median_and_spread(per_call_s: list[float]) -> tuple[float, float]:
