@@ -23,7 +23,7 @@ def add_rows_per_table(p: argparse.ArgumentParser, when: str = "") -> None:
     """`--rows-per-table`, as `kernels check` and `calibrate --kernels` both take it (`rows_per_table` reads it)."""
     p.add_argument("--rows-per-table", type=int, default=DEFAULT_ROWS_PER_TABLE, metavar="N",
                    help=f"{when}an evenly spaced sample of at most N rows of each aiconfigurator table (default "
-                   f"{DEFAULT_ROWS_PER_TABLE}; 0: every row, about 4 M, minutes)")
+                   f"{DEFAULT_ROWS_PER_TABLE}; 0: every row, about 4 M, about a minute)")
 
 
 def rows_per_table(args: argparse.Namespace) -> int | None:
