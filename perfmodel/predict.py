@@ -19,13 +19,14 @@ def simulate_scenario(scn: Scenario, record_trace: bool = False, memory: MemoryB
                       memo: Memo | None = None) -> RunResult:
     """`memo`: the caller's reuse of results across scenarios (a sweep worker's, a validate run's); a fresh one
     when None."""
-    from perfmodel.cost.memory.training import training_memory
+    from perfmodel.cost.memory.training import memoized_training_memory, training_memory
 
     if scn.run.kind == "serve":  # a serving benchmark: the engine alone (its result has the same metrics())
         from perfmodel.sim.serving import simulate_serving
 
         return simulate_serving(scn)  # type: ignore[return-value]
-    memory = memory if memory is not None else training_memory(scn)
+    if memory is None:  # through the caller's memo when there is one (validate reads it again for its fit count)
+        memory = memoized_training_memory(scn, memo) if memo is not None else training_memory(scn)
     if scn.run.kind == "rl":
         from perfmodel.sim.rl_step import simulate_rl_step
 

@@ -41,6 +41,7 @@ def score_case(case: ValidationCase, path: str, calibrations: list[Calibration] 
     res = CaseResult(case.id, case.kind, path, model=model_key(case.model), stack_named=case.stack or "default",
                      hardware=case.hardware)
     bands: dict[str, tuple[float, float, float]] = {}
+    memo = memo if memo is not None else Memo()  # the prediction and the fit count share its training memory
     try:
         scenario = build_scenario(case, source=path)
         overlay = None
@@ -51,7 +52,7 @@ def score_case(case: ValidationCase, path: str, calibrations: list[Calibration] 
         res.stack, res.stack_notes = scenario.stack.id, scenario.stack.notes
         predicted = predict_metrics(scenario, memo)
         if case.kind != "serve":
-            res.fits = memoized_training_memory(scenario, memo or Memo()).fits
+            res.fits = memoized_training_memory(scenario, memo).fits
         if band:  # the overlay is already in the scenario: the band only needs its covariance
             bands = prediction_band(scenario, overlay.uncertainty_only() if overlay else None, memo)
     except InputError as err:

@@ -19,6 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from perfmodel.inputs.job import engine_layout
     from perfmodel.inputs.run_file import load_run_file
     from perfmodel.inputs.scenario import build_scenario
 
@@ -36,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
     if run_file.rl is not None:
         ro = run_file.rl.rollout
         engines = run_file.rl.rollout_gpus // ro.engine_gpus
-        print(f"  rollout           {engines} engines x {ro.engine_gpus} GPUs (TP{ro.tp}/EP{ro.ep}/DP{ro.dp}"
-              f"{' dp-attention' if ro.dp_attention else ''}), {run_file.rl.placement}"
+        print(f"  rollout           {engines} engines x {ro.engine_gpus} GPUs "
+              f"({engine_layout(ro.tp, ro.ep, ro.dp, ro.dp_attention)}), {run_file.rl.placement}"
               f"{' async' if run_file.rl.async_ else ''}")
     return 0
 
@@ -45,13 +46,14 @@ def run(args: argparse.Namespace) -> int:
 def _print_serve(path: str, run_file: ServeRun, s: Scenario) -> None:
     """A serving benchmark: its engines, what the KV pool holds and the client."""
     from perfmodel.cost.serve.engine import EngineCost, engine_geometry
+    from perfmodel.inputs.job import engine_layout
 
     v, g, cost = run_file.serve, engine_geometry(s), EngineCost(s)
     longest = v.input_tokens + v.output_tokens
     fits = int(cost.kv_pool_bytes // cost.kv_bytes(longest))
     print(f"{path}: serve {s.model.id or s.model.family} on {run_file.gpus} x {s.hardware.id}, stack {s.stack.id}")
-    print(f"  engines           {g.n_engines} x {v.engine_gpus} GPUs (TP{v.tp}/EP{v.ep}/DP{v.dp}"
-          f"{' dp-attention' if v.dp_attention else ''}), {v.precision} weights, KV {cost.kv_dtype}")
+    print(f"  engines           {g.n_engines} x {v.engine_gpus} GPUs "
+          f"({engine_layout(v.tp, v.ep, v.dp, v.dp_attention)}), {v.precision} weights, KV {cost.kv_dtype}")
     print(f"  KV pool           {cost.kv_pool_bytes / 2**30:,.1f} GiB per GPU: {fits:,} requests of {longest:,} tokens "
           f"per scheduler (running cap {cost.max_running:,})")
     print(f"  client            {v.requests} requests, {v.concurrency} in flight, input {v.input_tokens} / output "

@@ -121,6 +121,11 @@ class ResponseTokens(_Strict):
         return self
 
 
+def engine_layout(tp: int, ep: int, dp: int, dp_attention: bool) -> str:
+    """An engine's shape as the commands print it: TP8/EP8/DP1, `dp-attention` when on."""
+    return f"TP{tp}/EP{ep}/DP{dp}" + (" dp-attention" if dp_attention else "")
+
+
 class RolloutSpec(_Strict):
     precision: Precision = "fp8"
     kv_cache_dtype: Literal["bf16", "fp8"] | None = None

@@ -29,14 +29,7 @@ def print_result(result, console: Console | None = None) -> None:
     for title, key in (("where the time goes (s, mean over pipeline ranks)", "breakdown_s"),
                        ("RL step phases (s)", "phases_s")):
         if key in d:
-            t = Table(title=title)
-            t.add_column("part")
-            t.add_column("seconds", justify="right")
-            t.add_column("share", justify="right")
-            total = sum(d[key].values()) or 1.0
-            for k, v in sorted(d[key].items(), key=lambda kv: -kv[1]):
-                t.add_row(k, f"{v:,.3f}", f"{100 * v / total:.1f}%")
-            console.print(t)
+            console.print(_shares_table(title, "seconds", d[key], sum(d[key].values())))
     if d.get("subphases"):  # an RL step, sub-phase by sub-phase in the order they run
         t = Table(title="RL step sub-phases, in order (s)")
         for col in ("sub-phase", "seconds", "phase timer", "scales with"):
@@ -70,17 +63,22 @@ def _print_serve(d: dict, console: Console) -> None:
         f"{d['stack']}"), soft_wrap=True, markup=True)
     _print_metrics(d["metrics"], console)
     step = d["decode_step"]
-    t = Table(title=f"one decode step: {step['batch']} requests at {step['context_tokens']:,.0f} tokens of context "
-                    "(ms, per GPU)")
-    t.add_column("part")
-    t.add_column("ms", justify="right")
-    t.add_column("share", justify="right")
     parts = {k: v for k, v in step["parts_ms"].items() if k != "total"}
-    total = step["parts_ms"]["total"] or 1.0
-    for k, v in sorted(parts.items(), key=lambda kv: -kv[1]):
-        t.add_row(k, f"{v:,.3f}", f"{100 * v / total:.1f}%")
-    t.add_row("total", f"{total:,.3f}", "")
+    t = _shares_table(f"one decode step: {step['batch']} requests at {step['context_tokens']:,.0f} tokens of context "
+                      "(ms, per GPU)", "ms", parts, step["parts_ms"]["total"])
+    t.add_row("total", f"{step['parts_ms']['total']:,.3f}", "")
     console.print(t)
+
+
+def _shares_table(title: str, unit: str, parts: dict[str, float], total: float) -> Table:
+    """Parts of a whole, largest first, each with its share of `total`."""
+    t = Table(title=title)
+    t.add_column("part")
+    t.add_column(unit, justify="right")
+    t.add_column("share", justify="right")
+    for k, v in sorted(parts.items(), key=lambda kv: -kv[1]):
+        t.add_row(k, f"{v:,.3f}", f"{100 * v / (total or 1.0):.1f}%")
+    return t
 
 
 def _print_metrics(metrics: dict[str, float], console: Console) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from perfmodel.cost.serve.engine import EngineCost, engine_geometry, rollout_params_for
 from perfmodel.errors import InputError
+from perfmodel.inputs.job import engine_layout
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.inputs.serve import serve_field
 from perfmodel.invariants import PhysicsError
@@ -66,12 +67,11 @@ class ServeResult:
     def to_json(self) -> dict:
         scn, serve = self.scenario, self.scenario.run.serve
         g = engine_geometry(scn)
-        layout = f"TP{serve.tp}/EP{serve.ep}/DP{serve.dp}" + (" dp-attention" if serve.dp_attention else "")
         batch, ctx, parts = self.decode_step()
         return {
             "kind": "serve", "model": scn.model.id or scn.model.family, "hardware": scn.hardware.id, "gpus": self.gpus,
             "stack": scn.stack.id, "engines": g.n_engines, "engine_gpus": serve.engine_gpus,
-            "engine_layout": layout,
+            "engine_layout": engine_layout(serve.tp, serve.ep, serve.dp, serve.dp_attention),
             "concurrency": serve.concurrency, "requests": self.requests,
             "metrics": self.metrics(), "duration_s": self.duration_s,
             "decode_step": {"batch": batch, "context_tokens": ctx,
