@@ -32,6 +32,10 @@ def _known_schedule(name: str) -> str:
 Precision = Literal["bf16", "fp8"]
 ScheduleName = Annotated[str, AfterValidator(_known_schedule)]  # a registered schedule (perfmodel/schedules/)
 Recompute = Literal["none", "selective", "full"]
+# Megatron-core's recompute submodules that the cost model prices (TransformerConfig.recompute_modules; the
+# GatedDeltaNet/GDP ones and mHC's are not)
+RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe", "shared_experts"]
+DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)  # megatron-core's default
 MoEDispatcher = Literal["alltoall", "deepep"]
 
 
@@ -80,6 +84,12 @@ class TrainSpec(_Strict):
         "--microbatch-group-size-per-virtual-pipeline-stage; default pp)")
     pipeline_layers: tuple[int, ...] | None = Field(None, description="decoder layers per (virtual) pipeline stage")
     recompute: Recompute = "none"
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        None, description="selective: the submodules replayed in the backward, their outputs not kept (Megatron "
+        "--recompute-modules; default core_attn)")
+    recompute_num_layers: int | None = Field(
+        None, ge=1, le=MAX_LAYERS, description="full: only the first N decoder layers of each pipeline chunk "
+        "(Megatron --recompute-method block --recompute-num-layers N); default every layer")
     sequence_parallel: bool = False
     distributed_optimizer: bool = True
     fsdp: bool = False
@@ -95,8 +105,30 @@ class TrainSpec(_Strict):
         "DeepEP-style dispatch (Megatron flex, Primus Turbo DeepEP, MORI), one copy per destination GPU and, across "
         "nodes, per destination node")
 
+    @model_validator(mode="after")
+    def _recompute_options(self) -> TrainSpec:
+        if self.recompute_modules is not None and self.recompute != "selective":
+            raise ValueError(f"recompute_modules applies to recompute: selective (this run: {self.recompute})")
+        if self.recompute_num_layers is not None and self.recompute != "full":
+            raise ValueError(f"recompute_num_layers applies to recompute: full (this run: {self.recompute})")
+        return self
+
     def resolved_schedule(self) -> str:
         return self.schedule if self.schedule is not None else default_schedule(self.layout.vpp)
+
+    def recomputed_modules(self) -> frozenset[str]:
+        """The submodules selective recompute replays (none without it)."""
+        if self.recompute != "selective":
+            return frozenset()
+        return frozenset(DEFAULT_RECOMPUTE_MODULES if self.recompute_modules is None else self.recompute_modules)
+
+    def layer_recompute(self, position: int) -> Recompute:
+        """How the decoder layer at `position` (0-based) in its pipeline chunk is recomputed: full recompute with
+        `recompute_num_layers` n covers the chunk's first n layers (Megatron's block method, per TransformerBlock,
+        one per virtual stage) and leaves the rest without."""
+        if self.recompute == "full" and self.recompute_num_layers is not None and position >= self.recompute_num_layers:
+            return "none"
+        return self.recompute
 
 
 class ResponseTokens(_Strict):

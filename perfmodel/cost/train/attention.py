@@ -10,8 +10,10 @@ from __future__ import annotations
 from perfmodel.cost.dtypes import dtype_bytes
 from perfmodel.cost.train.work import (
     ACT_BYTES,
+    CORE_ATTN,
     FP32_BYTES,
     INDEXER_BWD_FACTOR,
+    MLA_UP_PROJ,
     Builder,
     Kernel,
     Shard,
@@ -74,7 +76,7 @@ def materialized_core(b: Builder, s: Shard, heads_local: float, d: int, dv: int)
     scores = batch * q * s.seq_len
     b.gemm("scores_qk", q, s.seq_len, d, batch=batch, core=True)
     b.kernels.append(Kernel("scale_mask_softmax", "mem", 0.0, scores * 2 * ACT_BYTES, 0.0, scores * 3 * ACT_BYTES,
-                            core_attention=True))
+                            core_attention=True, module=CORE_ATTN))
     b.gemm("probs_v", q, dv, s.seq_len, batch=batch, core=True)
 
 
@@ -108,13 +110,15 @@ def _mla(b: Builder, a: AttentionSpec, s: Shard) -> None:
     rows = s.t_cp
     if r:
         b.gemm("q_a", down_rows, r, h, dtype=prec)
-        b.gemm("q_b", rows, hl * dqk, r, dtype=prec)
-    else:
-        b.gemm("q", rows, hl * dqk, h, dtype=prec)
     b.gemm("kv_a", down_rows, c + rope, h, dtype=prec)
     b.mem("latent_norms", down_rows * (r + c) * ACT_BYTES * 2, kernels=2)
-    b.gemm("kv_b", rows, hl * (dqk - rope + dv), c, dtype=prec)
-    b.mem("rope", rows * (hl + 1) * rope * ACT_BYTES * 2)
+    with b.within(MLA_UP_PROJ):  # Megatron MLA qkv_up_proj_and_rope_apply: up projections and RoPE
+        if r:
+            b.gemm("q_b", rows, hl * dqk, r, dtype=prec)
+        else:
+            b.gemm("q", rows, hl * dqk, h, dtype=prec)
+        b.gemm("kv_b", rows, hl * (dqk - rope + dv), c, dtype=prec)
+        b.mem("rope", rows * (hl + 1) * rope * ACT_BYTES * 2)
     keys = mean_keys_per_query(s.seq_len, a.sliding_window)
     flops = 2.0 * rows * keys * hl * (dqk + dv)
     nbytes = (rows * hl * (dqk + dv) + s.tokens * hl * (dqk + dv)) * ACT_BYTES
@@ -134,10 +138,11 @@ def _dsv4(b: Builder, a: AttentionSpec, s: Shard) -> None:
     hd, r, ratio, w = a.head_dim, a.q_lora_rank, a.compress_ratio, a.sliding_window
     rows = s.t_cp
     b.gemm("wq_a", rows, r, h, dtype=prec)
-    b.gemm("wq_b", rows, hl * hd, r, dtype=prec)
     b.gemm("wkv", rows, hd, h, dtype=prec)
     b.mem("q_kv_norms", rows * (r + hd) * ACT_BYTES * 2, kernels=2)
-    b.mem("rope", rows * (hl + 1) * a.qk_rope_head_dim * ACT_BYTES * 2)
+    with b.within(MLA_UP_PROJ):  # taken as MLA's: the query up projection and RoPE
+        b.gemm("wq_b", rows, hl * hd, r, dtype=prec)
+        b.mem("rope", rows * (hl + 1) * a.qk_rope_head_dim * ACT_BYTES * 2)
     kv_entries = s.tokens  # latent KV rows (window source)
     cp_bytes = s.cp * s.sequences * w * hd * ACT_BYTES  # window boundary from the neighbouring rank
     if ratio:

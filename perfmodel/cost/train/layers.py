@@ -38,6 +38,11 @@ from perfmodel.cost.train.work import (
     CE_BWD_BYTES_PER_LOGIT,
     CE_FWD_BYTES_PER_LOGIT,
     FP32_BYTES,
+    LAYERNORM,
+    MLP,
+    MOE,
+    MOE_ACT,
+    SHARED_EXPERTS,
     Builder,
     CommOp,
     Dispatch,
@@ -98,6 +103,7 @@ def fp8_cast_work(w: Work, s: Shard) -> Work:
     for g in w.gemms:
         if g.dtype != "fp8" or g.core_attention:
             continue
+        b.module = g.module  # replayed with its GEMM
         b.mem(f"fp8_cast_{g.name}", g.m * g.k * g.batch * per_el, kernels=launches,
               bwd_bytes=g.m * g.n * g.batch * per_el)
     return b.build()
@@ -119,10 +125,18 @@ def _mlp(b: Builder, name: str, f: FFNSpec, intermediate: float, s: Shard, rows:
 
 def ffn_work(f: FFNSpec, s: Shard, imbalance: float = 1.0) -> Work:
     b = Builder()
-    h = f.hidden_size
     if f.kind == "dense":
-        _mlp(b, "mlp", f, f.intermediate_size, s, s.t_cp)
-        return b.build()
+        with b.within(MLP):
+            _mlp(b, "mlp", f, f.intermediate_size, s, s.t_cp)
+    else:
+        with b.within(MOE):
+            _moe(b, f, s, imbalance)
+    return b.build()
+
+
+def _moe(b: Builder, f: FFNSpec, s: Shard, imbalance: float) -> None:
+    """Router, EP dispatch and combine (ETP gather), permutation, grouped expert GEMMs, shared experts."""
+    h = f.hidden_size
     t = s.t_moe
     b.gemm("router", t, f.num_experts, h)
     b.mem("router_softmax_topk", t * f.num_experts * FP32_BYTES * 2)
@@ -143,11 +157,12 @@ def ffn_work(f: FFNSpec, s: Shard, imbalance: float = 1.0) -> Work:
     il = f.expert_intermediate_size / s.etp
     up = 2 * il if f.gated else il
     b.gemm("experts_fc1", rows / local, up, h, batch=local, dtype=s.precision, grouped=True)
-    b.mem("experts_glu" if f.gated else "experts_act", rows * (up + il) * ACT_BYTES)
+    with b.within(MOE_ACT):
+        b.mem("experts_glu" if f.gated else "experts_act", rows * (up + il) * ACT_BYTES)
     b.gemm("experts_fc2", rows / local, h, il, batch=local, dtype=s.precision, grouped=True)
     if f.num_shared_experts:
-        _mlp(b, "shared", f, f.num_shared_experts * f.shared_intermediate_size, s, s.t_cp)
-    return b.build()
+        with b.within(SHARED_EXPERTS):
+            _mlp(b, "shared", f, f.num_shared_experts * f.shared_intermediate_size, s, s.t_cp)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -186,20 +201,31 @@ def hc_work(model: ModelSpec, s: Shard) -> Work:
     return b.build()
 
 
-def _norms_residuals(model: ModelSpec, s: Shard) -> Work:
+def separate_norms(layer: LayerSpec) -> tuple[bool, bool]:
+    """Whether the pre-attention and the pre-FFN norm are kernels of their own, which Megatron's `layernorm`
+    recompute replays (transformer_layer.py: only a norm that is not an IdentityOp). TransformerEngine fuses a
+    norm into the next column-parallel linear (TELayerNormColumnParallelLinear) for GQA attention and a dense MLP;
+    MLA (and DSV4, taken as MLA) feeds its down projections from a separate TENorm, and an MoE layer its router and
+    experts."""
+    return layer.attention.kind in ("mla", "dsv4"), layer.ffn.kind == "moe"
+
+
+def _norms_residuals(model: ModelSpec, layer: LayerSpec, s: Shard) -> Work:
     """Pre-attention and pre-FFN RMSNorm and the two residual adds; DSV4 layers count theirs in hc_work."""
     if model.hc_mult > 1:
         return Work()
     b = Builder()
     h, rows = model.hidden_size, s.t_sp
-    b.mem("norms", 2 * rows * h * ACT_BYTES * 2, kernels=2)
+    for name, separate in zip(("attn_norm", "ffn_norm"), separate_norms(layer), strict=True):
+        with b.within(LAYERNORM if separate else ""):
+            b.mem(name, rows * h * ACT_BYTES * 2)
     b.mem("residual_adds", 2 * rows * h * ACT_BYTES * 3, kernels=2)
     return b.build()
 
 
 def layer_work(model: ModelSpec, layer: LayerSpec, s: Shard, imbalance: float = 1.0, mtp: bool = False) -> Work:
     """Forward work of one decoder layer (or MTP layer body) on one GPU for one micro-batch."""
-    w = hc_work(model, s) + _norms_residuals(model, s) + attention_work(layer.attention, s)
+    w = hc_work(model, s) + _norms_residuals(model, layer, s) + attention_work(layer.attention, s)
     w = w + ffn_work(layer.ffn, s, imbalance)
     w = w + fp8_cast_work(w, s)
     mf = layer_model_flops_fwd(model, layer, s.seq_len, mtp=mtp, convention=s.flops_convention) * s.tokens / (

@@ -5,9 +5,11 @@ Communication inside a chunk is reported as exposed time by kind ("tp", "cp", "e
 etp > 1): TP collectives are exposed, as Megatron without --tp-comm-overlap; EP all-to-alls are exposed (a
 schedule that overlaps them, DualPipe or 1F1B A2A overlap, hides them itself); CP K/V exchange runs under the
 attention kernel (TransformerEngine ring attention), so only what exceeds the layer's attention time counts.
-Recompute replays the forward work before the backward: "selective" = the core attention only (Megatron
---recompute-granularity selective, core_attn), "full" = every decoder layer of the chunk (embedding and head
-are not recomputed); the replayed collectives are added to `bwd_comm_s`.
+Recompute replays the forward work before the backward: "selective" = the submodules of `recompute_modules`
+(Megatron --recompute-granularity selective --recompute-modules, default core_attn: the work items that run in
+them, work.py), "full" = every decoder layer of the chunk, or its first `recompute_num_layers` (Megatron
+--recompute-method block; embedding and head are not recomputed); the replayed collectives are added to
+`bwd_comm_s`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from perfmodel.cost.train.layers import (
     mtp_work,
 )
 from perfmodel.cost.train.moe import MoEAssumptions, layer_imbalance
+from perfmodel.cost.train.work import CORE_ATTN, replayed
 from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.inputs.keys import Reads, hardware_key, model_key, scenario_key
 from perfmodel.inputs.model import LayerSpec
@@ -99,18 +102,34 @@ class _Times:
     fwd: float = 0.0
     bwd_in: float = 0.0
     bwd_w: float = 0.0
-    core_fwd: float = 0.0
     fwd_comm: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(COMM_KINDS, 0.0))
     bwd_comm: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(COMM_KINDS, 0.0))
+    # forward compute and exposed forward communication by submodule path (work.py), what recompute replays
+    module_fwd: dict[str, float] = dataclasses.field(default_factory=dict)
+    module_comm: dict[tuple[str, str], float] = dataclasses.field(default_factory=dict)  # (path, kind)
 
     def add(self, o: _Times) -> None:
         self.fwd += o.fwd
         self.bwd_in += o.bwd_in
         self.bwd_w += o.bwd_w
-        self.core_fwd += o.core_fwd
         for k in COMM_KINDS:
             self.fwd_comm[k] += o.fwd_comm[k]
             self.bwd_comm[k] += o.bwd_comm[k]
+        _merge(self.module_fwd, o.module_fwd)
+        _merge(self.module_comm, o.module_comm)
+
+    def replayed_fwd(self, recomputed: frozenset[str]) -> tuple[float, dict[str, float]]:
+        """(forward compute, forward communication by kind) of the submodules `recomputed` replays."""
+        comm = dict.fromkeys(COMM_KINDS, 0.0)
+        for (path, kind), dt in self.module_comm.items():
+            if replayed(path, recomputed):
+                comm[kind] += dt
+        return sum(dt for path, dt in self.module_fwd.items() if replayed(path, recomputed)), comm
+
+
+def _merge(into: dict, other: dict, scale: float = 1.0) -> None:
+    for k, v in other.items():
+        into[k] = into.get(k, 0.0) + v * scale
 
 
 def _kernel_time(hw: HardwareProfile, k: Kernel, backward: bool) -> float:
@@ -143,23 +162,30 @@ def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement], e
     t = _Times()
     dgrad_s = 0.0
     fp8_rel = train_fp8_gemm_rel(hw, fp8_recipe)
+
+    def in_module(path: str, fwd_s: float) -> None:
+        if path:
+            t.module_fwd[path] = t.module_fwd.get(path, 0.0) + fwd_s
+
     for g in w.gemms:
         rel = fp8_rel if g.dtype == "fp8" else 1.0
         if g.grouped:
+            before = t.fwd
             dgrad_s += _grouped_times(hw, g, t, rel)
+            in_module(g.module, t.fwd - before)
             continue
         # FP8 casts are kernels of the Work (layers.py fp8_cast_work), not part of the GEMM's time; a materialized
         # attention's scores and values are one batched kernel each (Megatron's baddbmm / bmm), its gradients too
         one = g.core_attention
         f = gemm_time_s(hw, g.m, g.n, g.k, g.dtype, g.batch, quantize=False, one_kernel=one, rel_efficiency=rel)
         t.fwd += f
+        in_module(g.module, f)
         dx = gemm_time_s(hw, g.m, g.k, g.n, g.dtype, g.batch, quantize=False, one_kernel=one,
                          rel_efficiency=rel)  # dX = dY W^T
         t.bwd_in += dx
         if g.core_attention:  # activation x activation (scores, PV): the second gradient is an input gradient too
             t.bwd_in += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch, quantize=False, one_kernel=True,
                                     rel_efficiency=rel)
-            t.core_fwd += f
         else:
             dgrad_s += dx
             t.bwd_w += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch, out_bytes_per_element=WGRAD_OUT_BYTES,
@@ -176,8 +202,7 @@ def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement], e
         if k.kind == "attn":
             attn_fwd += f
             attn_bwd += b
-        if k.core_attention:
-            t.core_fwd += f
+        in_module(k.module, f)
     overlapped = {"fwd": 0.0, "bwd": 0.0}
     under_dgrad: dict[str, float] = {}
     for c in w.comms:
@@ -191,6 +216,8 @@ def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement], e
             under_dgrad[c.kind] = under_dgrad.get(c.kind, 0.0) + dt
         else:
             (t.fwd_comm if c.phase == "fwd" else t.bwd_comm)[c.kind] += dt
+            if c.phase == "fwd" and c.module:
+                t.module_comm[c.module, c.kind] = t.module_comm.get((c.module, c.kind), 0.0) + dt
     for kind, dt in under_dgrad.items():  # only what outlasts the input-gradient GEMMs it runs under is exposed
         t.bwd_comm[kind] += max(0.0, dt - dgrad_s)
     t.fwd_comm["cp"] += max(0.0, overlapped["fwd"] - attn_fwd)
@@ -270,7 +297,10 @@ def _scaled(t: _Times, st: Stack) -> _Times:
     """Compute times x the stack's multipliers, the backward's on top (communication is the network's, not the
     stack's)."""
     f, b = st.train_compute_scale, st.train_compute_scale * st.backward_compute_scale
-    return _Times(t.fwd * f, t.bwd_in * b, t.bwd_w * b, t.core_fwd * f, dict(t.fwd_comm), dict(t.bwd_comm))
+    out = _Times(t.fwd * f, t.bwd_in * b, t.bwd_w * b, dict(t.fwd_comm), dict(t.bwd_comm),
+                 module_comm=dict(t.module_comm))
+    _merge(out.module_fwd, t.module_fwd, f)
+    return out
 
 
 def _on_stack(scn: Scenario, raw: _Times, moe_layer: bool, moe: MoEAssumptions) -> _Times:
@@ -299,7 +329,7 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
     s = shard_of(scn, tokens, seq_len)
     eager = s.elementwise_fusion == "eager"
     places = _places(scn)
-    recompute = scn.train.recompute
+    recomputed = scn.train.recomputed_modules()
     total = _Times()
     recompute_s = 0.0
     replay = dict.fromkeys(COMM_KINDS, 0.0)
@@ -308,7 +338,7 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
     def imbalance(layer: LayerSpec) -> float:
         return layer_imbalance(layer.ffn, m.vocab_size, s.ep, s.ep * s.t_moe, moe, memo)
 
-    def add_layer(layer: LayerSpec) -> None:
+    def add_layer(layer: LayerSpec, position: int) -> None:
         nonlocal recompute_s, model_flops_fwd
         t, flops = _layer_times(scn, layer, s, places, imbalance(layer), moe, memo)
         total.add(t)
@@ -320,19 +350,24 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
             copy = host_copy_s(hw, offloaded_layer_bytes(scn, layer, s.tokens / s.cp, imbalance(layer)))
             total.fwd += max(0.0, copy - t.fwd - sum(t.fwd_comm.values()))
             total.bwd_in += max(0.0, copy - t.bwd_in - t.bwd_w - sum(t.bwd_comm.values()))
-        if recompute == "full":
+        mode = scn.train.layer_recompute(position)
+        if mode == "full":
             recompute_s += t.fwd
             for k in COMM_KINDS:
                 replay[k] += t.fwd_comm[k]
-        elif recompute == "selective":
-            recompute_s += t.core_fwd
-            replay["cp"] += t.fwd_comm["cp"]
+        elif mode == "selective":
+            fwd, comm = t.replayed_fwd(recomputed)
+            recompute_s += fwd
+            for k in COMM_KINDS:
+                replay[k] += comm[k]
+            if CORE_ATTN in recomputed:  # the CP K/V exchange the attention core hides (its exposed part)
+                replay["cp"] += t.fwd_comm["cp"]
 
     if first:
         w = embedding_work(m, s)
         total.add(_scaled(time_work(hw, w, places, eager, s.fp8_recipe), scn.stack))
-    for layer in layers:
-        add_layer(layer)
+    for position, layer in enumerate(layers):
+        add_layer(layer, position)
     if last:
         w = head_work(m, s)
         total.add(_scaled(time_work(hw, w, places, eager, s.fp8_recipe), scn.stack))

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -22,6 +24,24 @@ MEM_BWD_FACTOR = 2.0
 # forward; backward softmax - one-hot in place (read 4 + write 4) and cast to BF16 (read 4 + write 2) = 14 B.
 CE_FWD_BYTES_PER_LOGIT = 26.0
 CE_BWD_BYTES_PER_LOGIT = 14.0
+
+# Megatron-core's recompute submodules (TransformerConfig.recompute_modules, megatron/core/transformer/
+# transformer_config.py): a work item carries the path of the submodules it runs in, "moe/moe_act" for the expert
+# activation inside the MoE layer, and selective recompute replays the items under any module it names.
+CORE_ATTN = "core_attn"
+MLA_UP_PROJ = "mla_up_proj"
+LAYERNORM = "layernorm"
+MLP = "mlp"
+MOE = "moe"
+MOE_ACT = "moe_act"
+SHARED_EXPERTS = "shared_experts"
+
+
+def replayed(module: str, recomputed: frozenset[str]) -> bool:
+    """A work item in submodule path `module` runs again in the backward when any submodule on its path is
+    recomputed."""
+    return bool(module) and any(part in recomputed for part in module.split("/"))
+
 
 CommKind = Literal["tp", "cp", "ep_a2a", "etp"]
 Op = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
@@ -76,6 +96,7 @@ class Gemm:
     core_attention: bool = False  # QK^T or PV of a materialized attention: both operands are activations (both
     # gradients are input gradients, B), and selective recompute replays it
     grouped: bool = False  # one grouped GEMM over `batch` experts sharing m x batch rows (cost/compute.py)
+    module: str = ""  # the Megatron submodule path it runs in (RECOMPUTE_MODULES; "" outside any)
 
     @property
     def flops(self) -> float:
@@ -98,6 +119,7 @@ class Kernel:
     core_attention: bool = False  # replayed by selective recompute (Megatron core_attn)
     bwd_weight: bool = False  # its backward is a weight gradient (embedding scatter-add): W, not B
     query_heads: float = 0.0  # an attention core's query rows x heads (each pays a fixed time in the forward)
+    module: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +131,7 @@ class CommOp:
     overlaps_attention: bool = False  # CP ring exchange runs under the attention kernel (TE ring attention)
     overlaps_dgrad: bool = False  # runs under the input-gradient GEMMs (Megatron's async SP all-gather)
     dispatch: Dispatch | None = None  # an MoE dispatch or combine, priced by cost/dispatch.py
+    module: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,32 +155,44 @@ class Builder:
     gemms: list[Gemm] = field(default_factory=list)
     kernels: list[Kernel] = field(default_factory=list)
     comms: list[CommOp] = field(default_factory=list)
+    module: str = ""  # the submodule path the next items run in (`within`)
+
+    @contextmanager
+    def within(self, name: str) -> Iterator[None]:
+        """Items added inside run in submodule `name`, nested in the current one ("moe/moe_act")."""
+        outer = self.module
+        self.module = f"{outer}/{name}" if outer else name
+        try:
+            yield
+        finally:
+            self.module = outer
 
     def gemm(self, name: str, m: float, n: float, k: float, batch: int = 1, dtype: str = "bf16",
              core: bool = False, grouped: bool = False) -> None:
         if m > 0 and n > 0 and k > 0 and batch > 0:
-            self.gemms.append(Gemm(name, m, n, k, batch, dtype, core, grouped))
+            module = CORE_ATTN if core else self.module
+            self.gemms.append(Gemm(name, m, n, k, batch, dtype, core, grouped, module))
 
     def mem(self, name: str, nbytes: float, flops: float = 0.0, kernels: int = 1,
             bwd_factor: float = MEM_BWD_FACTOR, bwd_bytes: float | None = None, bwd_weight: bool = False) -> None:
         bb = bwd_factor * nbytes if bwd_bytes is None else bwd_bytes
         self.kernels.append(Kernel(name, "mem", flops, nbytes, bwd_factor * flops, bb, kernels=kernels,
-                                   bwd_weight=bwd_weight))
+                                   bwd_weight=bwd_weight, module=self.module))
 
     def attn(self, name: str, flops: float, nbytes: float, dtype: str = "bf16", bwd_factor: float = ATTN_BWD_FACTOR,
              core: bool = True, query_heads: float = 0.0) -> None:
         self.kernels.append(Kernel(name, "attn", flops, nbytes, bwd_factor * flops, bwd_factor * nbytes, dtype, 1,
-                                   core, query_heads=query_heads))
+                                   core, query_heads=query_heads, module=CORE_ATTN if core else self.module))
 
     def comm(self, kind: CommKind, op: Op, nbytes: float, phase: Literal["fwd", "bwd"], overlap: bool = False,
              under_dgrad: bool = False) -> None:
         if nbytes > 0:
-            self.comms.append(CommOp(kind, op, nbytes, phase, overlap, under_dgrad))
+            self.comms.append(CommOp(kind, op, nbytes, phase, overlap, under_dgrad, module=self.module))
 
     def dispatch(self, d: Dispatch, phase: Literal["fwd", "bwd"]) -> None:
         """An EP all-to-all (dispatch or combine) of this GPU's routed tokens."""
         if d.send_bytes > 0:
-            self.comms.append(CommOp("ep_a2a", "all_to_all", d.send_bytes, phase, dispatch=d))
+            self.comms.append(CommOp("ep_a2a", "all_to_all", d.send_bytes, phase, dispatch=d, module=self.module))
 
     def build(self, model_flops_fwd: float = 0.0) -> Work:
         return Work(tuple(self.gemms), tuple(self.kernels), tuple(self.comms), model_flops_fwd)
