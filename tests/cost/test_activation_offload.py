@@ -8,7 +8,8 @@ import dataclasses
 
 import pytest
 
-from perfmodel.cost.memory.training import layer_activation_bytes, tokens_per_microbatch, training_memory
+from perfmodel.cost.memory.activations import layer_activation_bytes, tokens_per_microbatch
+from perfmodel.cost.memory.training import training_memory
 from perfmodel.cost.train.stage import chunk_cost
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import ValidationCase

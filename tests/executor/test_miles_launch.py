@@ -183,6 +183,13 @@ def test_recompute_and_offload(seed):
     la = launch_of(seed)
     assert la.values("--recompute-granularity") == ["selective"] and not la.has("--recompute-method")
     assert la.values("--optimizer-offload-fraction") == ["0.75"] and la.has("--optimizer-cpu-offload")
+    seed["train"].update(recompute_modules=["mla_up_proj", "moe_act"])
+    assert launch_of(seed).values("--recompute-modules") == ["mla_up_proj", "moe_act"]
+    seed["train"].pop("recompute_modules")
+    seed["train"].update(recompute="full", recompute_num_layers=2)
+    la = launch_of(seed)
+    assert la.values("--recompute-method") == ["block"] and la.values("--recompute-num-layers") == ["2"]
+    seed["train"].pop("recompute_num_layers")
     seed["train"].update(recompute="none", optimizer_offload_fraction=0.0)
     la = launch_of(seed)
     assert not la.has("--recompute-granularity")

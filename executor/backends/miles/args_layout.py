@@ -51,10 +51,15 @@ def parallelism_args(t: TrainSpec, sc: Scenario, ctx: int) -> ArgGroup:
 def memory_args(t: TrainSpec, opts: MilesOptions, recipe: R.ModelRecipe, src: str) -> ArgGroup:
     """Recompute, micro batches or token-budget (dynamic) batches, and the attention input format."""
     g = ArgGroup()
-    if t.recompute == "full":
+    if t.recompute == "full" and t.recompute_num_layers is not None:  # the first n layers of each chunk
+        g.args += ["--recompute-granularity", "full", "--recompute-method", "block",
+                   "--recompute-num-layers", str(t.recompute_num_layers)]
+    elif t.recompute == "full":
         g.args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     elif t.recompute == "selective":
         g.args += ["--recompute-granularity", "selective"]
+        if t.recompute_modules is not None:
+            g.args += ["--recompute-modules", *t.recompute_modules]
     if t.activation_offload_layers:  # megatron-core's activation offload: the first layers' activations to the host
         g.args += ["--cpu-offloading-num-layers", str(t.activation_offload_layers)]  # implies --cpu-offloading
     g.args += ["--micro-batch-size", str(t.micro_batch)]

@@ -76,7 +76,7 @@ def materialized_core(b: Builder, s: Shard, heads_local: float, d: int, dv: int)
     scores = batch * q * s.seq_len
     b.gemm("scores_qk", q, s.seq_len, d, batch=batch, core=True)
     b.kernels.append(Kernel("scale_mask_softmax", "mem", 0.0, scores * 2 * ACT_BYTES, 0.0, scores * 3 * ACT_BYTES,
-                            core_attention=True, module=CORE_ATTN))
+                            module=CORE_ATTN))
     b.gemm("probs_v", q, dv, s.seq_len, batch=batch, core=True)
 
 

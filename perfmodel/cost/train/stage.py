@@ -26,32 +26,20 @@ from perfmodel.cost.comm import (
     placement_from_stride,
     send_recv_s,
 )
-from perfmodel.cost.compute import (
-    attention_time_s,
-    gemm_time_s,
-    grouped_gemm_time_s,
-    hbm_rate,
-    memory_bound_time_s,
-    rows_hit_experts,
-    train_fp8_gemm_rel,
-)
-from perfmodel.cost.dispatch import dispatch_s
-from perfmodel.cost.memory.training import offloaded_layer_bytes
+from perfmodel.cost.compute import hbm_rate
+from perfmodel.cost.memory.activations import offloaded_layer_bytes
 from perfmodel.cost.params import stage_params
-from perfmodel.cost.train.eager import as_eager
 from perfmodel.cost.train.layers import (
     ACT_BYTES,
-    Gemm,
-    Kernel,
     Shard,
-    Work,
     embedding_work,
     head_work,
     layer_work,
     mtp_work,
 )
 from perfmodel.cost.train.moe import MoEAssumptions, layer_imbalance
-from perfmodel.cost.train.work import CORE_ATTN, replayed
+from perfmodel.cost.train.timing import COMM_KINDS, Times, time_work
+from perfmodel.cost.train.work import CORE_ATTN
 from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.inputs.keys import Reads, hardware_key, model_key, scenario_key
 from perfmodel.inputs.model import LayerSpec
@@ -59,7 +47,6 @@ from perfmodel.inputs.scenario import Scenario
 from perfmodel.inputs.stack import Stack
 from perfmodel.memo import Memo
 
-COMM_KINDS = ("tp", "cp", "ep_a2a", "etp")
 GRAD_BYTES = 4.0  # FP32 gradient reduction: Megatron forces accumulate_allreduce_grads_in_fp32 for bf16
 # (megatron/training/arguments.py: "bfloat16 requires gradient accumulation and all-reduce to be done in fp32")
 PARAM_GATHER_BYTES = 2.0  # BF16 model parameters all-gathered by the distributed optimizer / FSDP
@@ -67,8 +54,6 @@ PARAM_GATHER_BYTES = 2.0  # BF16 model parameters all-gathered by the distribute
 # (megatron/core/distributed/distributed_data_parallel.py); one collective call per bucket.
 BUCKET_MIN_PARAMS = 40e6
 BUCKET_PARAMS_PER_DP_RANK = 1e6
-WGRAD_OUT_BYTES = 8.0  # weight-gradient GEMMs accumulate into the FP32 main_grad (read + write 4 B), Megatron
-# gradient_accumulation_fusion default
 ADAM_BYTES_PER_PARAM = 30.0  # read FP32 param, grad, m, v (16 B); write param, m, v (12 B) + BF16 param (2 B):
 # Primus optimizer.py _ADAM_BYTES_PER_PARAM, the byte count behind its measured 0.21 HBM efficiency (S4)
 # Host Adam with optimizer CPU offload: Megatron-core distributed optimizer with offload_fraction 1.0 took 15.5 s
@@ -91,138 +76,6 @@ class ChunkCost:
     bwd_comm_s: dict[str, float]
     model_flops: float  # model FLOPs (fwd + bwd, no recompute) of this chunk on this GPU
     p2p_bytes: float  # activation bytes sent to the next stage (DSV4: [s, b, hc_mult, h])
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Timing a Work list
-
-
-@dataclass
-class _Times:
-    fwd: float = 0.0
-    bwd_in: float = 0.0
-    bwd_w: float = 0.0
-    fwd_comm: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(COMM_KINDS, 0.0))
-    bwd_comm: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(COMM_KINDS, 0.0))
-    # forward compute and exposed forward communication by submodule path (work.py), what recompute replays
-    module_fwd: dict[str, float] = dataclasses.field(default_factory=dict)
-    module_comm: dict[tuple[str, str], float] = dataclasses.field(default_factory=dict)  # (path, kind)
-
-    def add(self, o: _Times) -> None:
-        self.fwd += o.fwd
-        self.bwd_in += o.bwd_in
-        self.bwd_w += o.bwd_w
-        for k in COMM_KINDS:
-            self.fwd_comm[k] += o.fwd_comm[k]
-            self.bwd_comm[k] += o.bwd_comm[k]
-        _merge(self.module_fwd, o.module_fwd)
-        _merge(self.module_comm, o.module_comm)
-
-    def replayed_fwd(self, recomputed: frozenset[str]) -> tuple[float, dict[str, float]]:
-        """(forward compute, forward communication by kind) of the submodules `recomputed` replays."""
-        comm = dict.fromkeys(COMM_KINDS, 0.0)
-        for (path, kind), dt in self.module_comm.items():
-            if replayed(path, recomputed):
-                comm[kind] += dt
-        return sum(dt for path, dt in self.module_fwd.items() if replayed(path, recomputed)), comm
-
-
-def _merge(into: dict, other: dict, scale: float = 1.0) -> None:
-    for k, v in other.items():
-        into[k] = into.get(k, 0.0) + v * scale
-
-
-def _kernel_time(hw: HardwareProfile, k: Kernel, backward: bool) -> float:
-    flops, nbytes = (k.bwd_flops, k.bwd_hbm_bytes) if backward else (k.flops, k.hbm_bytes)
-    if flops <= 0 and nbytes <= 0:
-        return 0.0
-    if k.kind == "attn":
-        return attention_time_s(hw, flops, nbytes, k.dtype, backward, k.query_heads)
-    return memory_bound_time_s(hw, nbytes, k.kernels)
-
-
-def _grouped_times(hw: HardwareProfile, g: Gemm, t: _Times, rel: float) -> float:
-    """An MoE layer's grouped GEMM into `t`: forward, its input gradient (the same rows against the transposed
-    weights) and its weight gradients, over the experts its rows reach (cost/compute.py grouped_gemm_time_s).
-    Returns the input-gradient time (what Megatron's async all-gather can hide under)."""
-    rows = g.m * g.batch  # routed over g.batch local experts, each row to one at random
-    hit = rows_hit_experts(g.batch, rows)
-    t.fwd += grouped_gemm_time_s(hw, rows, hit, g.n, g.k, g.dtype, experts=g.batch, rel_efficiency=rel)
-    dgrad_s = grouped_gemm_time_s(hw, rows, hit, g.k, g.n, g.dtype, experts=g.batch, rel_efficiency=rel)
-    t.bwd_in += dgrad_s
-    t.bwd_w += grouped_gemm_time_s(hw, rows, hit, g.n, g.k, g.dtype, wgrad=True,
-                                   out_bytes_per_element=WGRAD_OUT_BYTES, experts=g.batch, rel_efficiency=rel)
-    return dgrad_s
-
-
-def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement], eager: bool = False,
-              fp8_recipe: str = "delayed") -> _Times:
-    """Times of a work list; `eager`: its fused elementwise kernels run as chains of ATen ops (eager.py); its FP8
-    GEMMs at `fp8_recipe`'s kernel rate (train_fp8_gemm_rel)."""
-    t = _Times()
-    dgrad_s = 0.0
-    fp8_rel = train_fp8_gemm_rel(hw, fp8_recipe)
-
-    def in_module(path: str, fwd_s: float) -> None:
-        if path:
-            t.module_fwd[path] = t.module_fwd.get(path, 0.0) + fwd_s
-
-    for g in w.gemms:
-        rel = fp8_rel if g.dtype == "fp8" else 1.0
-        if g.grouped:
-            before = t.fwd
-            dgrad_s += _grouped_times(hw, g, t, rel)
-            in_module(g.module, t.fwd - before)
-            continue
-        # FP8 casts are kernels of the Work (layers.py fp8_cast_work), not part of the GEMM's time; a materialized
-        # attention's scores and values are one batched kernel each (Megatron's baddbmm / bmm), its gradients too
-        one = g.core_attention
-        f = gemm_time_s(hw, g.m, g.n, g.k, g.dtype, g.batch, quantize=False, one_kernel=one, rel_efficiency=rel)
-        t.fwd += f
-        in_module(g.module, f)
-        dx = gemm_time_s(hw, g.m, g.k, g.n, g.dtype, g.batch, quantize=False, one_kernel=one,
-                         rel_efficiency=rel)  # dX = dY W^T
-        t.bwd_in += dx
-        if g.core_attention:  # activation x activation (scores, PV): the second gradient is an input gradient too
-            t.bwd_in += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch, quantize=False, one_kernel=True,
-                                    rel_efficiency=rel)
-        else:
-            dgrad_s += dx
-            t.bwd_w += gemm_time_s(hw, g.k, g.n, g.m, g.dtype, g.batch, out_bytes_per_element=WGRAD_OUT_BYTES,
-                                   quantize=False, rel_efficiency=rel)
-    attn_fwd = attn_bwd = 0.0
-    for k in w.kernels:
-        k = as_eager(k) if eager else k
-        f, b = _kernel_time(hw, k, False), _kernel_time(hw, k, True)
-        t.fwd += f
-        if k.bwd_weight:
-            t.bwd_w += b
-        else:
-            t.bwd_in += b
-        if k.kind == "attn":
-            attn_fwd += f
-            attn_bwd += b
-        in_module(k.module, f)
-    overlapped = {"fwd": 0.0, "bwd": 0.0}
-    under_dgrad: dict[str, float] = {}
-    for c in w.comms:
-        if c.dispatch is not None:
-            dt = dispatch_s(hw, c.dispatch, places[c.kind])
-        else:
-            dt = collective_s(hw, c.op, c.nbytes, places[c.kind])
-        if c.overlaps_attention:
-            overlapped[c.phase] += dt
-        elif c.overlaps_dgrad:
-            under_dgrad[c.kind] = under_dgrad.get(c.kind, 0.0) + dt
-        else:
-            (t.fwd_comm if c.phase == "fwd" else t.bwd_comm)[c.kind] += dt
-            if c.phase == "fwd" and c.module:
-                t.module_comm[c.module, c.kind] = t.module_comm.get((c.module, c.kind), 0.0) + dt
-    for kind, dt in under_dgrad.items():  # only what outlasts the input-gradient GEMMs it runs under is exposed
-        t.bwd_comm[kind] += max(0.0, dt - dgrad_s)
-    t.fwd_comm["cp"] += max(0.0, overlapped["fwd"] - attn_fwd)
-    t.bwd_comm["cp"] += max(0.0, overlapped["bwd"] - attn_bwd)
-    return t
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -275,7 +128,7 @@ def chunk_cost(scn: Scenario, virtual_stage: int, tokens: int, seq_len: int,
 
 
 def _layer_times(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, GroupPlacement], imbalance: float,
-                 moe: MoEAssumptions, memo: Memo) -> tuple[_Times, float]:
+                 moe: MoEAssumptions, memo: Memo) -> tuple[Times, float]:
     """Times and model FLOPs of one decoder layer on this scenario's stack. The kernels' times are memoized by
     the layer's shape (not its index) and not by the stack: the stages of a model repeat a handful of layer kinds,
     so a sweep prices each kind once per shard, and a calibration trying stack knobs reprices none."""
@@ -287,23 +140,19 @@ def _layer_times(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, Gr
 
 
 def _price_layer(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, GroupPlacement],
-                 imbalance: float) -> tuple[_Times, float]:
+                 imbalance: float) -> tuple[Times, float]:
     w = layer_work(scn.model, layer, s, imbalance)
     return (time_work(scn.hardware, w, places, s.elementwise_fusion == "eager", s.fp8_recipe),
             w.model_flops_fwd)
 
 
-def _scaled(t: _Times, st: Stack) -> _Times:
+def _scaled(t: Times, st: Stack) -> Times:
     """Compute times x the stack's multipliers, the backward's on top (communication is the network's, not the
     stack's)."""
-    f, b = st.train_compute_scale, st.train_compute_scale * st.backward_compute_scale
-    out = _Times(t.fwd * f, t.bwd_in * b, t.bwd_w * b, dict(t.fwd_comm), dict(t.bwd_comm),
-                 module_comm=dict(t.module_comm))
-    _merge(out.module_fwd, t.module_fwd, f)
-    return out
+    return t.scaled(st.train_compute_scale, st.train_compute_scale * st.backward_compute_scale)
 
 
-def _on_stack(scn: Scenario, raw: _Times, moe_layer: bool, moe: MoEAssumptions) -> _Times:
+def _on_stack(scn: Scenario, raw: Times, moe_layer: bool, moe: MoEAssumptions) -> Times:
     """A layer's kernel times as this stack runs them: compute x `train_compute_scale`, plus the host's time to
     issue the layer's ops (op counts x per-op times measured for eager megatron-core, MoEAssumptions, x the
     stack's `host_op_time_scale`; none for a dense layer replayed as a CUDA graph). A GPU's host runs ahead, so
@@ -330,7 +179,7 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
     eager = s.elementwise_fusion == "eager"
     places = _places(scn)
     recomputed = scn.train.recomputed_modules()
-    total = _Times()
+    total = Times()
     recompute_s = 0.0
     replay = dict.fromkeys(COMM_KINDS, 0.0)
     model_flops_fwd = 0.0

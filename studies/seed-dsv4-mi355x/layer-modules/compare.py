@@ -57,7 +57,8 @@ def modelled() -> tuple[dict[tuple[int, str, str], float], dict[tuple[int, str],
     """(compress ratio, phase, module) -> ms of the model's layer, and (compress ratio, phase) -> the EP
     all-to-all's ms, for the case's first layer of each compress ratio."""
     from perfmodel.cost.train.layers import layer_work
-    from perfmodel.cost.train.stage import _places, shard_of, time_work
+    from perfmodel.cost.train.stage import _places, shard_of
+    from perfmodel.cost.train.timing import time_work
     from perfmodel.cost.train.work import Work
     from perfmodel.inputs.case import load_case
     from perfmodel.inputs.scenario import build_scenario

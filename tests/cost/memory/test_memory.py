@@ -14,21 +14,14 @@ import dataclasses
 import pytest
 import yaml
 
+from perfmodel.cost.memory.activations import inflight_per_stage, layer_activation_bytes, tokens_per_microbatch
 from perfmodel.cost.memory.rollout import (
     kv_bytes_per_request_fixed,
     kv_bytes_per_token,
     rollout_memory,
     rollout_weights_bytes,
 )
-from perfmodel.cost.memory.training import (
-    GB,
-    MemoryBreakdown,
-    all_ranks,
-    inflight_per_stage,
-    layer_activation_bytes,
-    tokens_per_microbatch,
-    training_memory,
-)
+from perfmodel.cost.memory.training import GB, MemoryBreakdown, all_ranks, training_memory
 from perfmodel.cost.params import attention_params_local, ffn_params_local, params_on_rank
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.model import load_model

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from perfmodel.cost.compute import gemm_time_s
-from perfmodel.cost.train.stage import time_work
+from perfmodel.cost.train.timing import time_work
 from perfmodel.cost.train.work import Builder
 from perfmodel.inputs.hardware import load_hardware
 from perfmodel.inputs.run import RunSpec

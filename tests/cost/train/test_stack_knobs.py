@@ -19,8 +19,8 @@ from perfmodel.cost.train.stage import (
     fsdp_units,
     param_gather_exposed_s,
     param_gather_mode,
-    time_work,
 )
+from perfmodel.cost.train.timing import time_work
 from perfmodel.inputs.case import ValidationCase, load_case
 from perfmodel.inputs.model import load_model
 from perfmodel.inputs.scenario import Scenario, build_scenario
@@ -192,7 +192,8 @@ def test_knobs_resolve_from_profiles_and_options() -> None:
 
 
 # Eager elementwise chains, by hand (cost/train/eager.py): bytes x (forward, backward), launches x
-EAGER_HAND = {"norms": (9.0, 8.0, 7), "rope": (5.0, 5.0, 3), "mlp_glu": (5 / 3, 4 / 3, 2)}
+EAGER_HAND = {"attn_norm": (9.0, 8.0, 7), "ffn_norm": (9.0, 8.0, 7), "rope": (5.0, 5.0, 3),
+              "mlp_glu": (5 / 3, 4 / 3, 2)}
 
 
 def test_eager_chains_multiply_the_fused_kernels_bytes_and_launches() -> None:
