@@ -37,6 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", choices=["bf16", "fp8"])
     p.add_argument("--schedule", choices=list(SCHEDULES))
     p.add_argument("--recompute", choices=["none", "selective", "full"])
+    p.add_argument("--recompute-modules", metavar="M,M", type=lambda v: [x for x in v.split(",") if x],
+                   help="selective: the submodules recomputed, comma-separated (core_attn, layernorm, mla_up_proj, "
+                   "moe_act, mlp, moe, shared_experts; Megatron --recompute-modules)")
+    p.add_argument("--recompute-num-layers", type=int, metavar="N",
+                   help="full: only the first N layers of each pipeline chunk (Megatron --recompute-method block)")
     p.add_argument("--calibration", help="calibration overlay YAML (from perfmodel calibrate)")
     p.add_argument("--band", action="store_true", help="print a P10-P90 band on the predicted times and "
                    "throughput (the overlay's uncertainty; without one, each component's measured zero-shot spread)")
@@ -75,7 +80,11 @@ def _overrides(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]
         v = getattr(args, f)
         if v is not None:
             train[f] = v
-    for f in ("precision", "schedule", "recompute"):
+    if args.recompute is not None:  # a mode's own options go with it
+        for f, mode in (("recompute_modules", "selective"), ("recompute_num_layers", "full")):
+            if args.recompute != mode:
+                train.pop(f, None)
+    for f in ("precision", "schedule", "recompute", "recompute_modules", "recompute_num_layers"):
         v = getattr(args, f)
         if v is not None:
             train[f] = v
@@ -96,7 +105,8 @@ def load_run_for_simulation(args: argparse.Namespace) -> tuple[RunSpec | ServeRu
         loaded = load_run_file(args.file)
         if loaded.kind == "serve":  # a serving benchmark: its serve section says it all
             flags = [f for f in ("hardware", "model", "gpus", *LAYOUT_FLAGS, *TRAIN_FLAGS, "precision", "schedule",
-                                 "recompute") if getattr(args, f) is not None]
+                                 "recompute", "recompute_modules", "recompute_num_layers")
+                     if getattr(args, f) is not None]
             if flags or args.write_plan is not None:
                 given = "--" + (flags[0].replace("_", "-") if flags else "write-plan")
                 raise InputError(args.file, given, "applies to training runs; a serving benchmark's engine and "
