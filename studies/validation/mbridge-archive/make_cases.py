@@ -9,9 +9,10 @@ case file per table row whose GPU has a profile and whose model is in the catalo
 --out studies/validation/mbridge-archive/cases
 
 Rows are skipped (and counted) for GPUs without a profile (DGX-B300), models outside the catalogue (Nemotron),
-NVFP4 (no FP4 training path in the cost model yet). The shared cases (the shared validation set) are 11 of
-these rows from the 25.11 container; this set holds all releases so that a change to the cost model is judged on
-many runs, not tuned to a few. Nothing here is fitted to.
+NVFP4 (no FP4 training path in the cost model yet). Recompute and activation offloading are read from each
+release's performance recipe (RECOMPUTE_BY_RELEASE, ACTIVATION_OFFLOAD). The shared cases (the shared validation
+set) are 11 of these rows from the 25.11 container; this set holds all releases so that a change to the cost model
+is judged on many runs, not tuned to a few. Nothing here is fitted to.
 """
 
 from __future__ import annotations
@@ -88,10 +89,59 @@ def hf_config_without_mtp(model_id: str) -> dict:
 # llama3_workload_base_configs.py, the same at tags v0.2.0 (NeMo 25.11) through v0.5.0 (26.06):
 # LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V1 cpu_offloading_num_layers=40, ..._GB300_FP8_CS_V1 20, ..._GB200_BF16_V1
 # 20, ..._GB300_BF16_V1 30 (each with use_megatron_fsdp=True).
+# Llama3.1-405B GB200 FP8 FSDP (the 25.09 row, TP2 PP1): 95 layers, v0.1.0rc4
+# scripts/performance/configs/llama31/llama31_405b_llm_pretrain.yaml perf_matrix.gb200 cpu_offloading_num_layers.
 ACTIVATION_OFFLOAD = {("llama3-70b", "gb200", "fp8", True): 40, ("llama3-70b", "gb300", "fp8", True): 20,
-                      ("llama3-70b", "gb200", "bf16", True): 20, ("llama3-70b", "gb300", "bf16", True): 30}
-OFFLOAD_SOURCE = ("Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py (tags v0.2.0 to "
-                  "v0.5.0), cpu_offloading_num_layers of the {hw} {precision} config")
+                      ("llama3-70b", "gb200", "bf16", True): 20, ("llama3-70b", "gb300", "bf16", True): 30,
+                      ("llama3.1-405b", "gb200", "fp8", True): 95}
+OFFLOAD_SOURCE = {"llama3-70b": "Megatron-Bridge scripts/performance/configs/llama/llama3_workload_base_configs.py "
+                  "(tags v0.2.0 to v0.5.0), cpu_offloading_num_layers of the {hw} {precision} config",
+                  "llama3.1-405b": "Megatron-Bridge v0.1.0rc4 scripts/performance/configs/llama31/"
+                  "llama31_405b_llm_pretrain.yaml, cpu_offloading_num_layers of perf_matrix.{hw_id}"}
+RECOMPUTE_NOTE = ("recompute selective {modules} as the {container} release's performance recipe sets it "
+                  "(make_cases.py RECOMPUTE_BY_RELEASE)")
+NO_RECOMPUTE_NOTE = "no recompute: the {container} release's performance recipe sets none (make_cases.py)"
+
+# Recompute of each published row as the performance recipe of its release sets it (the table does not list it):
+# selective recompute of these megatron-core modules; every other row runs without recompute. Read per release tag
+# of Megatron-Bridge (25.09 = v0.1.0rc4, 25.11 = v0.2.0, 26.02 = v0.3.0, 26.02.01 = v0.3.1, 26.04 = v0.4.0,
+# 26.04.01 = v0.4.2, 26.06 = v0.5.0, 26.06.01 = v0.5.1, 26.08 = v0.6.0: docs/releases/software-versions.md and the
+# tags' own performance tables): scripts/performance/configs/<family>/*workload_base_configs.py (recompute_modules
+# per config, applied with granularity selective by scripts/performance/utils/overrides.py; DeepSeek's
+# deepseek_llm_pretrain.py forces selective), v0.1.0rc4's deepseek_v3_llm_pretrain.yaml and run_script.py, v0.6.0's
+# src/megatron/bridge/perf_recipes/<family>/<gpu>/*.py. Left out on purpose: 25.11 GPT-OSS (its configs list
+# layernorm + moe_act, but v0.2.0's override set the modules without the granularity, fixed after the table by
+# commit 6afd5c74b: nothing was recomputed); GB300 DeepSeek-V3 and GB200 GPT-OSS MXFP8 from 26.06 (empty module
+# lists); H100 Llama3-8B 25.11 (the row's FSDP layout is the config without recompute; the later config with full
+# recompute of 5 layers has no FSDP).
+RECOMPUTE_BY_RELEASE = (  # (model, hardware, precision, NeMo containers, modules)
+    ("deepseek-v3", "b200", "fp8_cs", "25.09", "mla_up_proj"),
+    ("deepseek-v3", "b200", "fp8_mx", "25.11 26.02 26.02.01 26.04", "mla_up_proj"),
+    ("deepseek-v3", "b200", "fp8_mx", "26.04.01", "mla_up_proj mlp"),
+    ("deepseek-v3", "gb200", "bf16", "25.11", "mla_up_proj"),
+    ("deepseek-v3", "gb200", "fp8_cs", "25.09", "mla_up_proj"),
+    ("deepseek-v3", "gb200", "fp8_mx", "25.11 26.02 26.02.01 26.06 26.06.01 26.08", "mla_up_proj"),
+    ("deepseek-v3", "gb200", "fp8_mx", "26.04 26.04.01", "mlp"),
+    ("deepseek-v3", "gb300", "bf16", "25.11", "mlp moe_act"),
+    ("deepseek-v3", "gb300", "fp8_mx", "25.11", "mlp moe_act"),
+    ("deepseek-v3", "gb300", "fp8_mx", "26.02 26.02.01 26.04 26.04.01", "mla_up_proj"),
+    ("deepseek-v3", "h100-sxm", "fp8_cs", "25.09", "mla_up_proj mlp"),
+    ("deepseek-v4-flash", "gb200", "fp8_mx", "26.08", "mla_up_proj"),
+    ("deepseek-v4-flash", "gb300", "fp8_mx", "26.08", "mla_up_proj"),
+    ("gpt-oss-120b", "b200", "bf16", "26.02 26.02.01 26.04 26.04.01", "layernorm moe_act"),
+    ("gpt-oss-120b", "gb200", "bf16", "26.02 26.02.01 26.04 26.04.01", "layernorm moe_act"),
+    ("gpt-oss-120b", "h100-sxm", "bf16", "26.02 26.02.01 26.04 26.04.01", "layernorm moe_act"),
+)
+RECIPE_PRECISION = {"FP8": "fp8_cs", "FP8-CS": "fp8_cs", "MXFP8": "fp8_mx", "FP8-MX": "fp8_mx", "BF16": "bf16"}
+
+
+def recompute_modules(model_id: str, hw: str, precision_cell: str, container: str) -> list[str] | None:
+    """The row's selective-recompute modules (RECOMPUTE_BY_RELEASE), None: no recompute."""
+    key = (model_id, hw, RECIPE_PRECISION[precision_cell])
+    for model, gpu, precision, containers, modules in RECOMPUTE_BY_RELEASE:
+        if (model, gpu, precision) == key and container in containers.split():
+            return modules.split()
+    return None
 
 
 def case_for(container: str, page: str, system: str | None, model: str | None, row: dict) -> tuple[dict | None, str]:
@@ -139,14 +189,19 @@ def case_for(container: str, page: str, system: str | None, model: str | None, r
             "fsdp": fsdp,
         },
         "measured": {"tokens_per_s_per_gpu": tokens, "tflops_per_gpu": tflops},
-        "notes": f"{precision_cell} as published; recompute not listed (none assumed); MoE rows force-balanced, "
-                 "dropless" + (f"; variant {variant}" if variant else ""),
+        "notes": f"{precision_cell} as published; MoE rows force-balanced, dropless"
+                 + (f"; variant {variant}" if variant else ""),
     }
+    modules = recompute_modules(model_id, hw, precision_cell, container)
+    if modules:
+        case["train"].update(recompute="selective", recompute_modules=modules)
+    case["notes"] += "; " + (RECOMPUTE_NOTE if modules else NO_RECOMPUTE_NOTE).format(
+        modules=" + ".join(modules or ()), container=container)
     offload = ACTIVATION_OFFLOAD.get((model_id, hw, precision, fsdp))
     if offload:
         case["train"]["activation_offload_layers"] = offload
         case["notes"] += (f"; activations of {offload} layers offloaded to the host: "
-                          + OFFLOAD_SOURCE.format(hw=hw.upper(), precision=precision_cell))
+                          + OFFLOAD_SOURCE[model_id].format(hw=hw.upper(), precision=precision_cell, hw_id=hw))
     return case, ""
 
 
