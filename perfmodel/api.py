@@ -109,9 +109,9 @@ def _sweep_inputs(spec: SweepSpec | str | PathLike | None, spec_path: str, calib
     parameters into the profile, stack parameters into every candidate's stack."""
     from perfmodel.inputs.hardware import load_hardware
     from perfmodel.inputs.run import RunSpec
-    from perfmodel.inputs.scenario import resolve_model
+    from perfmodel.inputs.scenario import check_recompute_modules, resolve_model
     from perfmodel.inputs.stack import StackOptions, resolve_stack
-    from perfmodel.sweep.spec import SweepSpec, default_sweep_path, load_sweep_spec
+    from perfmodel.sweep.spec import SweepSpec, default_sweep_path, load_sweep_spec, recompute_choice
 
     if isinstance(spec, SweepSpec):
         spec_path = spec_path or "<sweep spec>"
@@ -126,7 +126,12 @@ def _sweep_inputs(spec: SweepSpec | str | PathLike | None, spec_path: str, calib
         options = cal.as_stack_options(stack.id, spec.stack_options, spec_path)
         if options:
             spec = spec.model_copy(update={"stack_options": options})
-    return spec, spec_path, hw, cal, resolve_model(RunSpec.model_construct(model=spec.model), spec_path)
+    model = resolve_model(RunSpec.model_construct(model=spec.model), spec_path)
+    for choice in spec.space.recompute:  # a module the model lacks is the sweep file's error, not every plan's
+        modules = recompute_choice(choice)[1]
+        if modules:
+            check_recompute_modules(modules, model, spec_path, "space.recompute")
+    return spec, spec_path, hw, cal, model
 
 
 def sweep(spec: SweepSpec | str | PathLike | None = None, *, spec_path: str = "", out: str | PathLike | None = None,

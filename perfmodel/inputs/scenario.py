@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from perfmodel.errors import InputError
 from perfmodel.inputs.bounds import MAX_MICRO_BATCHES
 from perfmodel.inputs.hardware import HardwareProfile, load_hardware
-from perfmodel.inputs.job import TrainSpec
 from perfmodel.inputs.model import ModelSpec, load_model, model_from_hf_config
 from perfmodel.inputs.run import RunSpec
 from perfmodel.inputs.stack import Stack, resolve_stack
@@ -228,7 +227,8 @@ def _check_layout(run: RunSpec, m: ModelSpec, stack: Stack, source: str) -> tupl
             raise _fail(source, g, f"{t.activation_offload_layers} of {len(m.layers)} layers: at most "
                         f"{len(m.layers) - 1} (megatron-core keeps at least one layer's activations on the GPU)")
 
-    _recompute_rules(t, m, source)
+    if t.recompute_modules is not None:
+        check_recompute_modules(t.recompute_modules, m, source, "train.recompute_modules")
     if t.seq_len % (2 * lay.cp if lay.cp > 1 else 1):
         raise _fail(source, "train.seq_len", f"seq_len {t.seq_len} must be divisible by 2 x cp = {2 * lay.cp} "
                     "(load-balanced context parallel)")
@@ -236,11 +236,9 @@ def _check_layout(run: RunSpec, m: ModelSpec, stack: Stack, source: str) -> tupl
     return dp, expert_dp
 
 
-def _recompute_rules(t: TrainSpec, m: ModelSpec, source: str) -> None:
-    """Each submodule of `recompute_modules` has something to replay in this model (megatron-core refuses
-    mla_up_proj without MLA and moe_act without grouped-GEMM MoE; the others would be priced as doing nothing)."""
-    if t.recompute_modules is None:
-        return
+def check_recompute_modules(modules: tuple[str, ...], m: ModelSpec, source: str, field: str) -> None:
+    """Each recompute submodule has something to replay in this model (megatron-core refuses mla_up_proj without
+    MLA and moe_act without grouped-GEMM MoE; the others would be priced as doing nothing)."""
     kinds = {layer.attention.kind for layer in m.layers}
     ffns = [layer.ffn for layer in m.layers]
     has = {
@@ -255,10 +253,10 @@ def _recompute_rules(t: TrainSpec, m: ModelSpec, source: str) -> None:
     what = {"mla_up_proj": "MLA attention", "layernorm": "a norm of its own (MLA attention or an MoE layer; "
             "TransformerEngine fuses the others into the next linear)", "mlp": "a dense MLP layer",
             "moe": "MoE layers", "moe_act": "MoE layers", "shared_experts": "shared experts"}
-    for name in t.recompute_modules:
+    for name in modules:
         if not has[name]:
-            raise _fail(source, "train.recompute_modules", f"{name}: {m.id or m.family} has no {what[name]}, "
-                        "nothing to recompute; remove it")
+            raise _fail(source, field, f"{name}: {m.id or m.family} has no {what[name]}, nothing to recompute; "
+                        "remove it")
 
 
 def _pipeline_split(run: RunSpec, m: ModelSpec, schedule: str, source: str) -> tuple[tuple[int, ...], str]:

@@ -29,7 +29,7 @@ from perfmodel.signals import exit_code as signal_exit_code
 from perfmodel.sim.pipeline import PipelineStall
 from perfmodel.sweep.cache import ResultCache, result_key, row_problem
 from perfmodel.sweep.collect import SweepRows
-from perfmodel.sweep.space import Candidate
+from perfmodel.sweep.space import Candidate, recompute_label
 from perfmodel.sweep.spec import SweepSpec
 
 # A candidate's layout and recipe choices (`describe_candidate`), apart from its size (nodes, GPUs)
@@ -55,7 +55,7 @@ def describe_candidate(c: Candidate) -> dict[str, Any]:
         "placement": rl.get("placement", ""), "actor_gpus": rl.get("actor_gpus", run["gpus"]),
         "rollout_gpus": rl.get("rollout_gpus", 0), "async": int(bool(rl.get("async"))),
         **{k: lay.get(k, 1) for k in ("tp", "pp", "cp", "ep", "etp", "vpp")},
-        "schedule": t.get("schedule") or default_schedule(lay.get("vpp", 1)), "recompute": t.get("recompute", "none"),
+        "schedule": t.get("schedule") or default_schedule(lay.get("vpp", 1)), "recompute": recompute_label(t),
         "offload": t.get("optimizer_offload_fraction", 0.0), "moe_dispatcher": t.get("moe_dispatcher", "alltoall"),
         "engine_gpus": ro.get("engine_gpus", ""),
         "engine_tp": ro.get("tp", ""), "engine_ep": ro.get("ep", ""), "engine_dp": ro.get("dp", ""),

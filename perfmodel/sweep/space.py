@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfmodel.schedules import default_schedule, schedule_class
-from perfmodel.sweep.spec import SweepSpec
+from perfmodel.sweep.spec import SweepSpec, recompute_choice
+
+
+def recompute_label(train: dict[str, Any]) -> str:
+    """A run's recompute as a sweep writes it: none, full, selective or selective:m1+m2."""
+    modules = train.get("recompute_modules")
+    return train.get("recompute", "none") + (":" + "+".join(modules) if modules else "")
 
 
 @dataclass(slots=True)
@@ -31,7 +37,7 @@ class Candidate:
         parts = [f"{self.nodes}n",
                  f"TP{lay['tp']}/PP{lay['pp']}" + (f"/VPP{lay['vpp']}" if lay.get("vpp", 1) > 1 else "")
                  + (f"/CP{lay['cp']}" if lay.get("cp", 1) > 1 else "") + f"/EP{lay['ep']}",
-                 f"rc-{t.get('recompute', 'none')}"]
+                 f"rc-{recompute_label(t)}"]
         if t.get("optimizer_offload_fraction"):
             parts.append("offload")
         if t.get("moe_dispatcher", "alltoall") != "alltoall":
@@ -194,7 +200,9 @@ def enumerate_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, 
                 train = dict(job.get("train", {}))
                 train["layout"] = {k: lay[k] for k in ("tp", "pp", "cp", "ep", "etp", "vpp", "dp")}
                 train["schedule"] = lay["schedule"]
-                train["recompute"] = recompute
+                train["recompute"], modules = recompute_choice(recompute)
+                if modules:
+                    train["recompute_modules"] = list(modules)
                 train["optimizer_offload_fraction"] = offload
                 train["moe_dispatcher"] = dispatcher
                 train["sequence_parallel"] = lay["tp"] > 1

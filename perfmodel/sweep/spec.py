@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from perfmodel.errors import InputError
 from perfmodel.inputs.bounds import MAX_GPUS, MAX_PARALLEL_DEGREE
 from perfmodel.inputs.hardware_file import HardwareOptions
-from perfmodel.inputs.job import ScheduleName
+from perfmodel.inputs.job import RecomputeModule, ScheduleName
 from perfmodel.inputs.loading import parse, read_mapping
 from perfmodel.inputs.plan import ExecutorSection
 from perfmodel.inputs.run import ModelRef
@@ -19,6 +19,28 @@ from perfmodel.schedules import default_schedule
 
 # one degree a sweep tries (TP, PP, EP, an engine's GPUs, ...): what a layout may hold
 Degree = Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE)]
+
+
+def recompute_choice(choice: str) -> tuple[str, tuple[str, ...] | None]:
+    """A sweep's recompute value as (train.recompute, train.recompute_modules): none | full | selective (megatron's
+    default core_attn) | selective:m1+m2 (those submodules, Megatron --recompute-modules)."""
+    mode, _, modules = choice.partition(":")
+    if mode not in ("none", "selective", "full") or (modules and mode != "selective") or (_ and not modules):
+        raise ValueError(f"{choice!r}: none, full, selective or selective:<module>+<module> (modules: "
+                         f"{', '.join(get_args(RecomputeModule))})")
+    names = tuple(modules.split("+")) if modules else None
+    unknown = [x for x in names or () if x not in get_args(RecomputeModule)]
+    if unknown:
+        raise ValueError(f"{choice!r}: unknown module {unknown[0]!r}; known: {', '.join(get_args(RecomputeModule))}")
+    return mode, names
+
+
+def _recompute_value(choice: str) -> str:
+    recompute_choice(choice)
+    return choice
+
+
+RecomputeChoice = Annotated[str, AfterValidator(_recompute_value)]
 Objective = Literal["step_time", "p90_step_time", "tokens_per_gpu", "cost"]
 
 
@@ -34,7 +56,8 @@ class SweepSpace(BaseModel):
     ep: tuple[Degree, ...] = (1, 2, 4, 8, 16, 32, 64)
     etp: tuple[Degree, ...] = (1,)
     vpp: tuple[Degree, ...] = (1,)
-    recompute: tuple[Literal["none", "selective", "full"], ...] = ("full", "selective")
+    # none | full | selective (megatron's default, core_attn) | selective:mla_up_proj+moe_act (those submodules)
+    recompute: tuple[RecomputeChoice, ...] = ("full", "selective")
     # MoE token dispatch of the trainer (tried only where EP > 1): Miles' DSV4 recipes use Megatron's alltoall;
     # add "deepep" to compare a DeepEP-style dispatcher (Primus Turbo DeepEP, MORI, Megatron flex)
     moe_dispatcher: tuple[Literal["alltoall", "deepep"], ...] = ("alltoall",)

@@ -63,6 +63,35 @@ def test_disaggregated_plans_try_each_weight_update_mechanism_asked_for():
     assert wu[1] != wu[0]  # priced by its mechanism, never folded together
 
 
+def test_recompute_modules_are_tried_as_the_sweep_file_names_them():
+    spec = small_spec(recompute=["full", "selective:mla_up_proj+moe_act"], tp=[1], pp=[4], ep=[8])
+    cands = list(enumerate_candidates(spec, 8, 256, 43))
+    mods = [c for c in cands if c.run["train"]["recompute"] == "selective"]
+    assert mods and len(mods) * 2 == len(cands)
+    assert all(c.run["train"]["recompute_modules"] == ["mla_up_proj", "moe_act"] for c in mods)
+    assert all("rc-selective:mla_up_proj+moe_act" in c.label() for c in mods)
+    full = next(c for c in cands if c.run["train"]["recompute"] == "full")
+    assert "recompute_modules" not in full.run["train"]
+    # priced as those modules: less replayed than full recompute, more memory kept
+    m, f = (simulate_scenario(build_scenario(RunSpec.model_validate(c.run))) for c in (mods[0], full))
+    recompute = [r.rl.train_side.train.breakdown_s["recompute"] for r in (m, f)]
+    assert 0 < recompute[0] < recompute[1]
+    assert m.memory.activations_bytes > f.memory.activations_bytes
+
+
+@pytest.mark.parametrize(("value", "says"), [("selective:moe_actt", "unknown module 'moe_actt'"),
+                                             ("full:mlp", "selective:<module>"),
+                                             ("selective:mla_up_proj", "no MLA attention")])
+def test_a_recompute_choice_the_model_cannot_take_is_one_line(tmp_path, capsys, value, says):
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({"hardware": "h100-sxm", "model": {"id": "llama3-8b"}, "nodes": [1],
+                                 "job": {"kind": "pretrain", "train": {"seq_len": 2048, "global_batch": 64}},
+                                 "space": {"recompute": [value]}}))
+    assert main(["sweep", str(p), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "space.recompute" in err and says in err
+
+
 def test_parse_nodes():
     assert parse_nodes("4-64") == (4, 8, 16, 32, 64)
     assert parse_nodes("4,8,16") == (4, 8, 16)
