@@ -8,12 +8,11 @@ case file per table row whose GPU has a profile and whose model is in the catalo
     python studies/validation/mbridge-archive/make_cases.py SUMMARY.md ARCHIVE.md \
 --out studies/validation/mbridge-archive/cases
 
-Rows are skipped (and counted) for GPUs without a profile (DGX-B300), models outside the catalogue (Nemotron),
-NVFP4 (no FP4 training path in the cost model yet). Recompute and activation offloading are read from each
-release's performance recipe (RECOMPUTE_BY_RELEASE, ACTIVATION_OFFLOAD). The shared cases (the shared validation
-set) are 11 of these rows from the 25.11 container; this set holds all releases so that a change to the cost model
-is judged on many runs, not tuned to a few. Nothing here is fitted to.
-"""
+Rows are skipped (and counted) for GPUs without a profile (DGX-B300), models outside the catalogue (Nemotron), NVFP4
+(no FP4 training path in the cost model yet). Recompute and activation offloading are read from each release's
+performance recipe (RECOMPUTE_BY_RELEASE, ACTIVATION_OFFLOAD). The shared cases (the shared validation set) are 11
+of these rows from the 25.11 container (their copies keep what their files state: no recompute); this set holds all
+releases so that a change to the cost model is judged on many runs, not tuned to a few. Nothing here is fitted to."""
 
 from __future__ import annotations
 
