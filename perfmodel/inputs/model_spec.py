@@ -141,6 +141,14 @@ class LayerSpec:
     def params_active(self) -> int:
         return self._rest() + self.ffn.params_active()
 
+    def separate_norms(self) -> tuple[bool, bool]:
+        """Whether the pre-attention and the pre-FFN norm run as kernels of their own (what megatron-core's
+        `layernorm` recompute replays: transformer_layer.py recomputes a norm that is not an IdentityOp).
+        TransformerEngine fuses a norm into the next column-parallel linear (TELayerNormColumnParallelLinear) for
+        GQA attention and a dense MLP; MLA (DSV4 taken as MLA) feeds its down projections from a separate TENorm,
+        an MoE layer its router and experts."""
+        return self.attention.kind in ("mla", "dsv4"), self.ffn.kind == "moe"
+
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:

@@ -244,7 +244,7 @@ def check_recompute_modules(modules: tuple[str, ...], m: ModelSpec, source: str,
     has = {
         "core_attn": True,
         "mla_up_proj": bool(kinds & {"mla", "dsv4"}),
-        "layernorm": bool(kinds & {"mla", "dsv4"}) or any(f.kind == "moe" for f in ffns),
+        "layernorm": any(any(layer.separate_norms()) for layer in m.layers),
         "mlp": any(f.kind == "dense" for f in ffns),
         "moe": any(f.kind == "moe" for f in ffns),
         "moe_act": any(f.kind == "moe" for f in ffns),

@@ -9,7 +9,6 @@ import math
 
 from perfmodel.cost.dtypes import BF16, FP8, FP32, INT32, INT64, MASK
 from perfmodel.cost.params import holds_head, layers_of_stage, stages_on_rank
-from perfmodel.cost.train.layers import separate_norms
 from perfmodel.inputs.job import DEFAULT_RECOMPUTE_MODULES
 from perfmodel.inputs.model import AttentionSpec, FFNSpec, LayerSpec
 from perfmodel.inputs.scenario import Scenario
@@ -173,7 +172,7 @@ def layer_activation_bytes(
         recomputed = frozenset(DEFAULT_RECOMPUTE_MODULES)
     gemm_in = FP8 if precision == "fp8" and layer.attention.kind in ("gqa", "mla") else BF16
     mask = MASK if dropout else 0.0
-    attn_norm, ffn_norm = separate_norms(layer)
+    attn_norm, ffn_norm = layer.separate_norms()
     per_token = (_attention_tokens_bytes(layer.attention, tp, rep, gemm_in, mask)
                  - _attention_not_kept(layer.attention, tp, rep, gemm_in, recomputed, attn_norm))
     if attention_kernel == "materialized" and "core_attn" not in recomputed:

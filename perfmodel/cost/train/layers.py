@@ -201,22 +201,13 @@ def hc_work(model: ModelSpec, s: Shard) -> Work:
     return b.build()
 
 
-def separate_norms(layer: LayerSpec) -> tuple[bool, bool]:
-    """Whether the pre-attention and the pre-FFN norm are kernels of their own, which Megatron's `layernorm`
-    recompute replays (transformer_layer.py: only a norm that is not an IdentityOp). TransformerEngine fuses a
-    norm into the next column-parallel linear (TELayerNormColumnParallelLinear) for GQA attention and a dense MLP;
-    MLA (and DSV4, taken as MLA) feeds its down projections from a separate TENorm, and an MoE layer its router and
-    experts."""
-    return layer.attention.kind in ("mla", "dsv4"), layer.ffn.kind == "moe"
-
-
 def _norms_residuals(model: ModelSpec, layer: LayerSpec, s: Shard) -> Work:
     """Pre-attention and pre-FFN RMSNorm and the two residual adds; DSV4 layers count theirs in hc_work."""
     if model.hc_mult > 1:
         return Work()
     b = Builder()
     h, rows = model.hidden_size, s.t_sp
-    for name, separate in zip(("attn_norm", "ffn_norm"), separate_norms(layer), strict=True):
+    for name, separate in zip(("attn_norm", "ffn_norm"), layer.separate_norms(), strict=True):
         with b.within(LAYERNORM if separate else ""):
             b.mem(name, rows * h * ACT_BYTES * 2)
     b.mem("residual_adds", 2 * rows * h * ACT_BYTES * 3, kernels=2)

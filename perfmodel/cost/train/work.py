@@ -96,7 +96,7 @@ class Gemm:
     core_attention: bool = False  # QK^T or PV of a materialized attention: both operands are activations (both
     # gradients are input gradients, B), and selective recompute replays it
     grouped: bool = False  # one grouped GEMM over `batch` experts sharing m x batch rows (cost/compute.py)
-    module: str = ""  # the Megatron submodule path it runs in (RECOMPUTE_MODULES; "" outside any)
+    module: str = ""  # the Megatron submodule path it runs in (the names above; "" outside any)
 
     @property
     def flops(self) -> float:
