@@ -32,6 +32,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.path}: {run_file.kind} {s.model.id or s.model.family} on {run_file.gpus} x {s.hardware.id}")
     print(f"  training layout   {lay.short()} (expert-DP {s.expert_dp}), schedule {s.schedule}")
     print(f"  pipeline split    {','.join(map(str, s.stage_layers))} ({s.split_note})")
+    t = run_file.train
+    print(f"  recompute         {t.recompute}" + (f" ({', '.join(sorted(t.recomputed_modules()))})"
+                                                  if t.recompute == "selective" else "")
+          + (f" (the first {t.recompute_num_layers} layers of each chunk)" if t.recompute_num_layers else ""))
     print(f"  micro-batches     {s.num_microbatches} per DP rank"
           + (" (upper bound: packed by max_tokens_per_gpu)" if s.train.max_tokens_per_gpu else ""))
     if run_file.rl is not None:

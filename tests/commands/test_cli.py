@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from perfmodel.cli import main
-from tests.conftest import CASES_DIR, write_yaml
+from tests.conftest import CASES_DIR, REPO, write_yaml
 
 
 def _run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -111,7 +111,10 @@ def test_impossible_layout_exit_2(tmp_path, case_dict, capsys):
 def test_check_prints_resolved_layout(capsys):
     rc, out, _ = _run(["check", str(CASES_DIR / "miles-gb300-dsv4flash-bf16train.yaml")], capsys)
     assert rc == 0
-    assert "TP2/PP8/CP2/EP4/DP1" in out and "pipeline split" in out
+    assert "TP2/PP8/CP2/EP4/DP1" in out and "pipeline split" in out and "recompute         full" in out
+    archive = (REPO / "studies/validation/mbridge-archive/cases"
+               / "mb26.04-gb300-deepseek-v3-mxfp8-256g-tp1pp2cp1vp8ep32-mbs2.yaml")
+    assert "recompute         selective (mla_up_proj)" in _run(["check", str(archive)], capsys)[1]
 
 
 def test_debug_shows_traceback(tmp_path):
@@ -199,7 +202,6 @@ def test_an_impossible_result_is_refused_in_one_line_with_exit_3(tmp_path, capsy
     import yaml
 
     from perfmodel.inputs import stack as stack_module
-    from tests.conftest import REPO
 
     stack = yaml.safe_load((REPO / "stacks" / "local-cpu.yaml").read_text())
     stack["id"] = "too-fast"
