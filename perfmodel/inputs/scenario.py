@@ -265,7 +265,8 @@ def _pipeline_split(run: RunSpec, m: ModelSpec, schedule: str, source: str) -> t
     lay = t.layout
     f = "train.layout"
     sched = schedule_class(schedule)
-    bad = sched.layout_error(lay.pp, lay.vpp, t.microbatch_group_size_per_vp_stage)
+    bad = (sched.layout_error(lay.pp, lay.vpp, t.microbatch_group_size_per_vp_stage)
+           or sched.run_error(lay.ep, t.recompute, t.recomputed_modules()))
     if bad:
         raise _fail(source, *bad)
     chunks = sched.chunks_per_rank(lay.vpp)  # DualPipe(V): two chunks per rank in a V, stages r and 2pp-1-r

@@ -80,6 +80,11 @@ class Schedule:
         return None
 
     @classmethod
+    def run_error(cls, ep: int, recompute: str, recomputed: frozenset[str]) -> tuple[str, str] | None:
+        """(field, why) when the run's expert parallelism or recompute rules this schedule out (None when not)."""
+        return None
+
+    @classmethod
     def stages_on_rank(cls, rank: int, pp: int, stages: int) -> list[int]:
         """Virtual stages rank `rank` holds, of `stages` in all: j * pp + rank (Megatron's placement)."""
         return [j * pp + rank for j in range(stages // pp)]

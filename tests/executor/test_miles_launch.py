@@ -178,6 +178,14 @@ def test_materialized_attention_selects_unfused_backend(seed):
     assert launch_of(seed).values("--attention-backend") == ["unfused"]
 
 
+def test_the_ep_all_to_all_overlap_schedule_passes_megatrons_flag(seed):
+    assert not launch_of(seed).has("--overlap-moe-expert-parallel-comm")
+    seed["train"].update(schedule="combined-1f1b", recompute="selective")
+    seed["train"]["layout"]["vpp"] = 2
+    seed["train"].pop("pipeline_layers", None)
+    assert launch_of(seed).has("--overlap-moe-expert-parallel-comm")
+
+
 def test_recompute_and_offload(seed):
     seed["train"].update(recompute="selective", optimizer_offload_fraction=0.75)
     la = launch_of(seed)

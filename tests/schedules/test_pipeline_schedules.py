@@ -86,7 +86,7 @@ def test_dependencies_in_trace():
 
 
 def test_registry_names():
-    assert set(SCHEDULES) == {"1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev"}
+    assert set(SCHEDULES) == {"1f1b", "interleaved", "combined-1f1b", "zb-h1", "dualpipe", "dualpipev"}
     with pytest.raises(ValueError, match="valid"):
         make_schedule("gpipe", 2, 2)
 

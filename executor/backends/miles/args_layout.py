@@ -12,12 +12,17 @@ from perfmodel.inputs.job import TrainSpec
 from perfmodel.inputs.scenario import Scenario
 
 
+# the schedules Megatron runs, and the flags that select them beyond the layout (vpp picks interleaved)
+MEGATRON_SCHEDULES = {"1f1b": (), "interleaved": (), "combined-1f1b": ("--overlap-moe-expert-parallel-comm",)}
+
+
 def check_trainer(t: TrainSpec, src: str) -> list[str]:
     """Refuse what Megatron in Miles does not run; the notes on what it runs differently."""
     if t.fsdp:
         raise fail(src, "train.fsdp", "the miles backend builds Megatron launches; fsdp is not supported")
-    if t.resolved_schedule() not in ("1f1b", "interleaved"):
-        raise fail(src, "train.schedule", f"Megatron in Miles runs 1f1b or interleaved, not {t.resolved_schedule()}")
+    if t.resolved_schedule() not in MEGATRON_SCHEDULES:
+        raise fail(src, "train.schedule", f"Megatron in Miles runs {', '.join(MEGATRON_SCHEDULES)}, not "
+                   f"{t.resolved_schedule()}")
     if not t.distributed_optimizer:
         return ["train.distributed_optimizer is false, but Miles turns the distributed optimizer on for Adam"]
     return []
@@ -37,6 +42,7 @@ def parallelism_args(t: TrainSpec, sc: Scenario, ctx: int) -> ArgGroup:
                "--expert-tensor-parallel-size", str(lay.etp)]
     if t.moe_dispatcher == "deepep":  # megatron-core 0.16: the flex dispatcher with the DeepEP backend
         g.args += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
+    g.args += MEGATRON_SCHEDULES[t.resolved_schedule()]
     split_args, split_note = pipeline_split_args(sc.stage_layers, lay.pp, lay.vpp)
     g.args += split_args
     if t.microbatch_group_size_per_vp_stage is not None:

@@ -1,0 +1,77 @@
+"""Megatron's EP all-to-all overlap (combined 1F1B): interleaved 1F1B with one extra warm-up forward whose 1F1B
+steps pair a forward with another micro-batch's backward, each's EP all-to-all under the other's compute; at pp 1
+no pipelining, F then pairs then B. megatron-core's rules are one-line errors."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from perfmodel.errors import InputError
+from perfmodel.inputs.case import ValidationCase
+from perfmodel.inputs.loading import parse
+from perfmodel.inputs.scenario import build_scenario
+from perfmodel.names import EP_COMM
+from perfmodel.schedules import make_schedule
+from perfmodel.schedules.combined import Combined1F1B
+from perfmodel.schedules.interleaved import Interleaved
+from perfmodel.sim.pipeline import OpTimes, run_pipeline
+
+
+@pytest.mark.parametrize(("pp", "m", "v"), [(1, 6, 1), (2, 8, 2), (4, 16, 2), (4, 8, 4)])
+def test_every_forward_and_backward_runs_once_and_the_pairs_fill_1f1b(pp, m, v):
+    s = make_schedule("combined-1f1b", pp, m, v)
+    plain = make_schedule("interleaved", pp, m, v) if pp > 1 else None
+    for rank in range(pp):
+        ops = s.rank_ops(rank)
+        fwd = Counter((o.mb, o.chunk) for o in ops if o.kind in ("F", "FB"))
+        bwd = Counter((o.b_mb, o.b_chunk) if o.kind == "FB" else (o.mb, o.chunk)
+                      for o in ops if o.kind in ("FB", "BW"))
+        assert fwd == bwd == Counter({(mb, c): 1 for mb in range(m) for c in range(v)})
+        warmup = sum(1 for o in ops if o.kind == "F")
+        # interleaved 1F1B's leading forwards, and one more
+        base = next(i for i, o in enumerate(plain.rank_ops(rank)) if o.kind != "F") - 1 if plain else 0
+        assert warmup == min(m * v, base + 1)
+        assert sum(1 for o in ops if o.kind == "FB") == m * v - warmup
+    if pp == 1:
+        assert [o.kind for o in s.rank_ops(0)] == ["F"] + ["FB"] * (m - 1) + ["BW"]
+
+
+def test_one_more_micro_batch_in_flight_than_interleaved():
+    for rank in range(4):
+        a = Combined1F1B.inflight_per_stage(rank, 4, 16, [rank, rank + 4], None)
+        b = Interleaved.inflight_per_stage(rank, 4, 16, [rank, rank + 4], None)
+        assert sum(a.values()) == sum(b.values()) + 1
+    assert Combined1F1B.inflight_per_stage(0, 1, 8, [0], None) == {0: 2.0}
+
+
+def test_the_pairs_hide_each_others_all_to_all():
+    f_comm, b_comm = {EP_COMM: 0.5}, {EP_COMM: 1.0}
+    t = OpTimes(1.0 + 0.5, 2.0 + 1.0, f_comm_s=f_comm, b_comm_s=b_comm)
+    runs = {name: run_pipeline(make_schedule(name, 2, 8, 2), lambda vs, mb: t, lambda vs: 0.0)
+            for name in ("interleaved", "combined-1f1b")}
+    exposed = {k: sum(rk.busy_s.get(f"comm:{EP_COMM}", 0.0) for rk in r.ranks) for k, r in runs.items()}
+    assert exposed["combined-1f1b"] < 0.5 * exposed["interleaved"]
+    assert runs["combined-1f1b"].makespan_s < runs["interleaved"].makespan_s
+
+
+def _run(**train):
+    base = dict(precision="bf16", seq_len=4096, global_batch=256, micro_batch=1, schedule="combined-1f1b",
+                layout=dict(tp=1, pp=4, vpp=2, ep=8))
+    d = dict(id="t", source="test", kind="pretrain", hardware="b200", gpus=64, model={"id": "qwen3-30b-a3b"},
+             train=base | train, measured=dict(step_time_s=1.0))
+    return build_scenario(parse(ValidationCase, d, "t.yaml"), source="t.yaml")
+
+
+@pytest.mark.parametrize(("train", "field", "says"), [
+    (dict(layout=dict(tp=1, pp=4, vpp=1, ep=8)), "train.schedule", "needs vpp > 1"),
+    (dict(layout=dict(tp=1, pp=4, vpp=2, ep=1)), "train.schedule", "needs ep > 1"),
+    (dict(recompute="full"), "train.recompute", "full recompute"),
+    (dict(recompute="selective", recompute_modules=["moe"]), "train.recompute_modules", "remove moe"),
+])
+def test_megatron_cores_rules_are_one_line_errors(train, field, says):
+    assert _run().schedule == "combined-1f1b"
+    with pytest.raises(InputError, match=says) as err:
+        _run(**train)
+    assert err.value.field == field and "\n" not in str(err.value)
