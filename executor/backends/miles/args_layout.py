@@ -11,7 +11,6 @@ from executor.backends.miles.options import MilesOptions
 from perfmodel.inputs.job import TrainSpec
 from perfmodel.inputs.scenario import Scenario
 
-
 # the schedules Megatron runs, and the flags that select them beyond the layout (vpp picks interleaved)
 MEGATRON_SCHEDULES = {"1f1b": (), "interleaved": (), "combined-1f1b": ("--overlap-moe-expert-parallel-comm",)}
 
