@@ -75,13 +75,20 @@ def _train_layouts(spec: SweepSpec, gpus: int, num_experts: int, num_layers: int
                 continue
             if pp * vpp > num_layers or (vpp > 1 and pp == 1):
                 continue
-            for schedule in s.schedule:
-                if vpp > 1 and schedule != default_schedule(1):
-                    continue  # the default multi-chunk schedule (interleaved) is the only one enumerated
-                if pp < schedule_class(schedule).min_pp:
-                    continue
-                sched = default_schedule(vpp) if vpp > 1 else schedule
+            for sched in _schedules(s.schedule, pp, vpp, ep):
                 yield {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "vpp": vpp, "dp": dp, "schedule": sched}
+
+
+def _schedules(names: tuple[str, ...], pp: int, vpp: int, ep: int) -> Iterator[str]:
+    """The schedules a layout is tried with: at vpp 1 each named one that runs it; at vpp > 1 the default
+    multi-chunk one (interleaved) and each named one that runs vpp chunks per rank (combined-1f1b)."""
+    for name in names:
+        cls = schedule_class(name)
+        if vpp > 1 and name == default_schedule(1):
+            yield default_schedule(vpp)
+        elif (pp >= cls.min_pp and not cls.layout_error(pp, vpp, None) and not cls.run_error(ep, "none", frozenset())
+              and (vpp == 1 or (not cls.default_for(1) and cls.chunks_per_rank(vpp) == vpp))):
+            yield name
 
 
 def _rollout_engines(spec: SweepSpec, gpus: int) -> Iterator[dict[str, Any]]:

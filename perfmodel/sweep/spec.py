@@ -61,7 +61,8 @@ class SweepSpace(BaseModel):
     # MoE token dispatch of the trainer (tried only where EP > 1): Miles' DSV4 recipes use Megatron's alltoall;
     # add "deepep" to compare a DeepEP-style dispatcher (Primus Turbo DeepEP, MORI, Megatron flex)
     moe_dispatcher: tuple[Literal["alltoall", "deepep"], ...] = ("alltoall",)
-    # schedules tried at vpp 1 (the default one also at every vpp > 1, as the default multi-chunk schedule)
+    # schedules tried at vpp 1 (the default one also at every vpp > 1, as the default multi-chunk schedule; a
+    # multi-chunk one, combined-1f1b, at vpp > 1 too)
     schedule: tuple[ScheduleName, ...] = (default_schedule(1),)
     optimizer_offload_fraction: tuple[Annotated[float, Field(ge=0.0, le=1.0)], ...] = (0.0, 1.0)
     placement: tuple[Literal["colocated", "disaggregated"], ...] = ("colocated", "disaggregated")

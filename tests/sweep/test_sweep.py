@@ -79,6 +79,17 @@ def test_recompute_modules_are_tried_as_the_sweep_file_names_them():
     assert m.memory.activations_bytes > f.memory.activations_bytes
 
 
+def test_the_ep_all_to_all_overlap_is_tried_where_megatron_runs_it():
+    spec = small_spec(schedule=["1f1b", "combined-1f1b"], vpp=[1, 2], pp=[1, 2], ep=[1, 8], recompute=["selective"])
+    cands = list(enumerate_candidates(spec, 8, 256, 43))
+    combined = [c.run["train"] for c in cands if c.run["train"]["schedule"] == "combined-1f1b"]
+    assert combined and all(t["layout"]["ep"] > 1 for t in combined)
+    assert all(t["layout"]["vpp"] > 1 or t["layout"]["pp"] == 1 for t in combined)
+    assert {t["layout"]["pp"] for t in combined} == {1, 2}
+    run = next(c.run for c in cands if c.run["train"]["schedule"] == "combined-1f1b")
+    assert simulate_scenario(build_scenario(RunSpec.model_validate(run))).step_time_s > 0
+
+
 @pytest.mark.parametrize(("value", "says"), [("selective:moe_actt", "unknown module 'moe_actt'"),
                                              ("full:mlp", "selective:<module>"),
                                              ("selective:mla_up_proj", "no MLA attention")])
