@@ -39,21 +39,19 @@ class Times:
     module_comm: dict[tuple[str, str], float] = dataclasses.field(default_factory=dict)  # (path, kind)
 
     def add(self, o: Times) -> None:
+        """Sum into a chunk's totals; the per-submodule times stay per layer (what recompute replays is read from
+        each layer's own Times)."""
         self.fwd += o.fwd
         self.bwd_in += o.bwd_in
         self.bwd_w += o.bwd_w
         for k in COMM_KINDS:
             self.fwd_comm[k] += o.fwd_comm[k]
             self.bwd_comm[k] += o.bwd_comm[k]
-        _merge(self.module_fwd, o.module_fwd)
-        _merge(self.module_comm, o.module_comm)
 
     def scaled(self, fwd: float, bwd: float) -> Times:
         """Compute times x `fwd` (forward) and `bwd` (backward); communication as it was."""
-        out = Times(self.fwd * fwd, self.bwd_in * bwd, self.bwd_w * bwd, dict(self.fwd_comm), dict(self.bwd_comm),
-                    module_comm=dict(self.module_comm))
-        _merge(out.module_fwd, self.module_fwd, fwd)
-        return out
+        return Times(self.fwd * fwd, self.bwd_in * bwd, self.bwd_w * bwd, dict(self.fwd_comm), dict(self.bwd_comm),
+                     {path: dt * fwd for path, dt in self.module_fwd.items()}, dict(self.module_comm))
 
     def replayed_fwd(self, recomputed: frozenset[str]) -> tuple[float, dict[str, float]]:
         """(forward compute, forward communication by kind) of the submodules `recomputed` replays."""
@@ -62,11 +60,6 @@ class Times:
             if replayed(path, recomputed):
                 comm[kind] += dt
         return sum(dt for path, dt in self.module_fwd.items() if replayed(path, recomputed)), comm
-
-
-def _merge(into: dict, other: dict, scale: float = 1.0) -> None:
-    for k, v in other.items():
-        into[k] = into.get(k, 0.0) + v * scale
 
 
 def _kernel_time(hw: HardwareProfile, k: Kernel, backward: bool) -> float:
