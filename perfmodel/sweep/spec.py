@@ -11,7 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from perfmodel.errors import InputError
 from perfmodel.inputs.bounds import MAX_GPUS, MAX_PARALLEL_DEGREE
 from perfmodel.inputs.hardware_file import HardwareOptions
-from perfmodel.inputs.job import RecomputeModule, ScheduleName
+from perfmodel.inputs.job import Recompute, RecomputeModule, ScheduleName
 from perfmodel.inputs.loading import parse, read_mapping
 from perfmodel.inputs.plan import ExecutorSection
 from perfmodel.inputs.run import ModelRef
@@ -24,8 +24,8 @@ Degree = Annotated[int, Field(ge=1, le=MAX_PARALLEL_DEGREE)]
 def recompute_choice(choice: str) -> tuple[str, tuple[str, ...] | None]:
     """A sweep's recompute value as (train.recompute, train.recompute_modules): none | full | selective (megatron's
     default core_attn) | selective:m1+m2 (those submodules, Megatron --recompute-modules)."""
-    mode, _, modules = choice.partition(":")
-    if mode not in ("none", "selective", "full") or (modules and mode != "selective") or (_ and not modules):
+    mode, sep, modules = choice.partition(":")
+    if mode not in get_args(Recompute) or (sep and (mode != "selective" or not modules)):
         raise ValueError(f"{choice!r}: none, full, selective or selective:<module>+<module> (modules: "
                          f"{', '.join(get_args(RecomputeModule))})")
     names = tuple(modules.split("+")) if modules else None
