@@ -79,16 +79,18 @@ def _train_layouts(spec: SweepSpec, gpus: int, num_experts: int, num_layers: int
                 yield {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": etp, "vpp": vpp, "dp": dp, "schedule": sched}
 
 
-def _schedules(names: tuple[str, ...], pp: int, vpp: int, ep: int) -> Iterator[str]:
-    """The schedules a layout is tried with: at vpp 1 each named one that runs it; at vpp > 1 the default
-    multi-chunk one (interleaved) and each named one that runs vpp chunks per rank (combined-1f1b)."""
+def _schedules(names: tuple[str, ...], pp: int, vpp: int, ep: int) -> list[str]:
+    """The schedules a layout is tried with, each once: every named one that runs it (its class says), and at
+    vpp > 1 the default multi-chunk one (interleaved) in place of the default single-chunk one (1f1b)."""
+    out: list[str] = []
     for name in names:
-        cls = schedule_class(name)
         if vpp > 1 and name == default_schedule(1):
-            yield default_schedule(vpp)
-        elif (pp >= cls.min_pp and not cls.layout_error(pp, vpp, None) and not cls.run_error(ep, "none", frozenset())
-              and (vpp == 1 or (not cls.default_for(1) and cls.chunks_per_rank(vpp) == vpp))):
-            yield name
+            name = default_schedule(vpp)
+        cls = schedule_class(name)
+        if (name not in out and pp >= cls.min_pp and not cls.layout_error(pp, vpp, None)
+                and not cls.run_error(ep, "none", frozenset())):
+            out.append(name)
+    return out
 
 
 def _rollout_engines(spec: SweepSpec, gpus: int) -> Iterator[dict[str, Any]]:

@@ -86,6 +86,10 @@ def test_the_ep_all_to_all_overlap_is_tried_where_megatron_runs_it():
     assert combined and all(t["layout"]["ep"] > 1 for t in combined)
     assert all(t["layout"]["vpp"] > 1 or t["layout"]["pp"] == 1 for t in combined)
     assert {t["layout"]["pp"] for t in combined} == {1, 2}
+    # interleaved named beside 1f1b is tried once per layout, not twice
+    named = small_spec(schedule=["1f1b", "interleaved"], vpp=[2], pp=[2], ep=[8], recompute=["selective"])
+    plain = small_spec(schedule=["1f1b"], vpp=[2], pp=[2], ep=[8], recompute=["selective"])
+    assert len(list(enumerate_candidates(named, 8, 256, 43))) == len(list(enumerate_candidates(plain, 8, 256, 43)))
     run = next(c.run for c in cands if c.run["train"]["schedule"] == "combined-1f1b")
     assert simulate_scenario(build_scenario(RunSpec.model_validate(run))).step_time_s > 0
 
