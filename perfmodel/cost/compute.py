@@ -192,19 +192,30 @@ def engine_gemm_time_s(hw: HardwareProfile, m: float, n: float, k: float, recipe
     return KERNEL_OVERHEAD_S + t + (activation_quant_time_s(hw, m, k, recipe) if quantize else 0.0)
 
 
+def softmax_exp_s(hw: HardwareProfile, scores: float) -> float:
+    """The softmax exponentials of `scores` attention scores (query-key pairs x query heads, one exponential
+    each) at the profile's `attention_softmax_exp_per_s`, where they run between the two MMAs of the attention
+    loop rather than under them: on Blackwell the second MMA waits for the softmax of the first's tile (NVIDIA,
+    "Making Softmax More Efficient with NVIDIA Blackwell Ultra"); 0 where the profile has no rate (the kernels hide
+    it, or the fitted attention terms carry it)."""
+    rate = hw.attention_softmax_exp_per_s
+    return scores / rate if rate > 0 and scores > 0 else 0.0
+
+
 def attention_time_s(
     hw: HardwareProfile, flops: float, nbytes: float, dtype: str = "bf16", backward: bool = False,
-    query_heads: float = 0.0,
+    query_heads: float = 0.0, scores: float = 0.0,
 ) -> float:
     """A fused attention kernel (flash style): its fixed time (the profile's prefill attention floor), then
-    GEMM-like compute at a lower relative efficiency, or HBM; a forward also pays its time per query row and head
-    (`query_heads`: rows x heads; measured on forwards only, so a backward is priced without it)."""
+    GEMM-like compute at a lower relative efficiency plus the softmax's exponentials (`scores`, softmax_exp_s; a
+    backward recomputes them once), or HBM; a forward also pays its time per query row and head (`query_heads`:
+    rows x heads; measured on forwards only, so a backward is priced without it)."""
     if flops <= 0 and nbytes <= 0:
         return 0.0
     rel = ATTENTION_BWD_REL_EFFICIENCY if backward else ATTENTION_FWD_REL_EFFICIENCY
     rows = 0.0 if backward else query_heads * hw.attention_prefill_query_head_s
-    return hw.attention_prefill_floor_s + rows + max(compute_time_s(hw, flops, dtype, rel),
-                                                     memory_bound_time_s(hw, nbytes))
+    compute = compute_time_s(hw, flops, dtype, rel) + softmax_exp_s(hw, scores)
+    return hw.attention_prefill_floor_s + rows + max(compute, memory_bound_time_s(hw, nbytes))
 
 
 def rows_hit_experts(experts: float, rows: float) -> float:

@@ -88,6 +88,7 @@ class HardwareProfile:
     attention_decode_kv_head_s: float
     attention_decode_query_head_s: float
     attention_prefill_query_head_s: float
+    attention_softmax_exp_per_s: float  # 0: the softmax's exponentials hide under the attention MMAs
     engine_quant_fixed_s: float
     engine_gemm_fp8_rel_efficiency: float
     engine_gemm_fp8_block_rel_efficiency: float
@@ -281,6 +282,8 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         attention_decode_kv_head_s=e.attention_floor_s.decode_kv_head.value,
         attention_decode_query_head_s=e.attention_floor_s.decode_query_head.value,
         attention_prefill_query_head_s=e.attention_floor_s.prefill_query_head.value,
+        attention_softmax_exp_per_s=(e.attention_softmax_exp_per_s.value if e.attention_softmax_exp_per_s
+                                     else 0.0),
         engine_quant_fixed_s=e.engine_gemm.quant_fixed_s.value,
         engine_gemm_fp8_rel_efficiency=e.engine_gemm.rel_efficiency.fp8.value,
         engine_gemm_fp8_block_rel_efficiency=e.engine_gemm.rel_efficiency.fp8_block.value,

@@ -180,6 +180,9 @@ class EfficiencyFile(_Strict):
     grouped_gemm: GroupedGemmFile
     ep_kernel: EPKernelFile
     attention_floor_s: AttentionFloorFile
+    # exponentials/s of the attention softmax where it runs between the two attention MMAs instead of under them
+    # (cost/compute.py softmax_exp_s); absent: hidden under the MMAs, or inside the fitted attention terms
+    attention_softmax_exp_per_s: NonNegative | None = None
     engine_gemm: EngineGemmFile
     train_gemm: TrainGemmRelFile | None = None  # absent: every training FP8 recipe's GEMM at the fp8 curve
     optimizer_hbm: Frac

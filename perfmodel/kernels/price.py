@@ -24,6 +24,7 @@ from perfmodel.cost.compute import (
     memory_bound_time_s,
     roofline_s,
     rows_hit_experts,
+    softmax_exp_s,
 )
 from perfmodel.cost.dispatch import Dispatch, dispatch_s
 from perfmodel.cost.serve.engine import KERNEL_FLOOR_S, engine_rates, expert_layer_s, expert_rows, gqa_kv_entry
@@ -65,7 +66,7 @@ def _prefill_train(r: KernelRow, hw: HardwareProfile) -> float:
     b, seq, d = r.get("batch"), r.get("seq"), r.get("head_dim")
     flops, nbytes = flash_core(float(b * seq), float(b * seq), seq, r.get("heads"), r.get("kv_heads"), d, d,
                                r.get("window"))
-    return attention_time_s(hw, flops, nbytes, "bf16", query_heads=_attention_fixed(r, hw)[0])
+    return attention_time_s(hw, flops, nbytes, "bf16", query_heads=_attention_fixed(r, hw)[0], scores=_scores(r))
 
 
 def _attention_fixed(r: KernelRow, hw: HardwareProfile) -> tuple[float, float, float, float]:
@@ -88,14 +89,20 @@ def _keys(r: KernelRow, before: int, new: int) -> float:
     return upto(before + new) - upto(before)
 
 
+def _scores(r: KernelRow) -> float:
+    """A prefill row's softmax scores: its causal (query, key) pairs x query heads, one exponential each."""
+    return r.get("batch") * _keys(r, r.get("cached"), r.get("seq")) * r.get("heads")
+
+
 def _prefill_engine(r: KernelRow, hw: HardwareProfile) -> float:
-    """EngineCost.prefill_s: the causal (query, key) pairs' FLOPs at the engine's attention rate, each query row and
-    head's fixed time (EngineCost.prefill_query_s), plus the prefill attention kernel's floor (EngineCost.floor_s)."""
+    """EngineCost.prefill_s: the causal (query, key) pairs' FLOPs at the engine's attention rate and their softmax
+    exponentials (softmax_exp_s), each query row and head's fixed time (EngineCost.prefill_query_s), plus the
+    prefill attention kernel's floor (EngineCost.floor_s)."""
     rates = engine_rates(hw, "bf16")
     _, entry_flops = gqa_kv_entry(r.get("head_dim"), r.get("kv_heads"), r.get("heads"), "bf16")
     pairs = r.get("batch") * _keys(r, r.get("cached"), r.get("seq"))
     queries, per, _, floor = _attention_fixed(r, hw)
-    return pairs * entry_flops / rates.attn_flops_per_s + queries * per + floor
+    return pairs * entry_flops / rates.attn_flops_per_s + softmax_exp_s(hw, _scores(r)) + queries * per + floor
 
 
 def _decode_engine(r: KernelRow, hw: HardwareProfile) -> float:
@@ -275,12 +282,14 @@ def _grouped_terms(row: KernelRow, hw: HardwareProfile, engine: bool) -> list[Te
 def _attention_terms(row: KernelRow, hw: HardwareProfile, total: float) -> list[Term]:
     prefill = row.op == "attention_prefill"
     queries, per, kv, floor = _attention_fixed(row, hw)
+    softmax = softmax_exp_s(hw, _scores(row)) if prefill else 0.0
     return [("attention kernel floor", floor * 1e6, "us"),
             ("query rows x heads", queries, ""),
             ("time per query row and head", per * 1e9, "ns"),
             ("query rows' time", queries * per * 1e6, "us"),
             *([("requests x KV heads' time", kv * 1e6, "us")] if not prefill else []),
-            ("(query, key) pairs: compute or K/V reads", (total - floor - queries * per - kv) * 1e6, "us")]
+            *([("softmax exponentials' time", softmax * 1e6, "us")] if prefill else []),
+            ("(query, key) pairs: compute or K/V reads", (total - floor - queries * per - kv - softmax) * 1e6, "us")]
 
 
 def _gemm_terms(row: KernelRow, hw: HardwareProfile) -> list[Term]:

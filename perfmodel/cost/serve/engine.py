@@ -25,6 +25,7 @@ from perfmodel.cost.compute import (
     grouped_gemm_time_s,
     hbm_rate,
     roofline_s,
+    softmax_exp_s,
 )
 from perfmodel.cost.dispatch import Dispatch, dispatch_s
 from perfmodel.cost.dtypes import FP8_BLOCK, FP8_BLOCK_WEIGHT_BYTES
@@ -174,7 +175,7 @@ def _latent_entry_bytes(dims: int, rope: int, dtype: str) -> float:
 @dataclass(frozen=True, slots=True)
 class KVComponent:
     """Per request and per GPU: `min(ctx / ratio, cap)` KV entries read per decode step, each costing `time_s`
-    (roofline of its bytes and FLOPs), and `flops` per query token in prefill. (What the pool *holds* - all C4
+    (roofline of its bytes and FLOPs), and `flops` and `scores` per query token in prefill. (What the pool *holds* - all C4
     entries, not the top-k read - comes from `perfmodel.cost.memory.rollout`.)"""
 
     ratio: float
@@ -182,6 +183,7 @@ class KVComponent:
     time_s: float  # summed over the layers that share (ratio, cap)
     flops: float
     label: str
+    scores: float = 0.0  # softmax scores (query heads) per query token and entry in prefill: one exponential each
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,11 +326,12 @@ class EngineCost:
         g, kvd = self.geo, self.kv_dtype
         acc: dict[tuple[float, float, str], list[float]] = {}
 
-        def add(ratio: float, cap: float, bytes_: float, flops: float, label: str) -> None:
+        def add(ratio: float, cap: float, bytes_: float, flops: float, label: str, scores: float = 0.0) -> None:
             t = roofline_s(bytes_, self.bw, flops, self.peak_attn) / g.attn_dp  # balanced over attention ranks
-            slot = acc.setdefault((ratio, cap, label), [0.0, 0.0])
+            slot = acc.setdefault((ratio, cap, label), [0.0, 0.0, 0.0])
             slot[0] += t
             slot[1] += flops / g.attn_dp
+            slot[2] += scores / g.attn_dp
 
         for layer in self.model.layers:
             a = layer.attention
@@ -337,24 +340,24 @@ class EngineCost:
                 rope = a.qk_rope_head_dim
                 e = _latent_entry_bytes(a.head_dim - rope, rope, kvd)
                 fl = 4.0 * hpr * a.head_dim  # QK and PV over the 512-dim latent
-                add(1.0, float(a.sliding_window), e, fl, "swa")
+                add(1.0, float(a.sliding_window), e, fl, "swa", hpr)
                 if a.compress_ratio == 4:
-                    add(4.0, float(a.index_topk), e, fl, "c4")  # reads the top-k of the ctx/4 entries
+                    add(4.0, float(a.index_topk), e, fl, "c4", hpr)  # reads the top-k of the ctx/4 entries
                     # Lightning indexer: one FP8 key of index_head_dim (+ FP32 scale) per compressed entry, scored by
                     # all index heads (kept whole on every TP rank).
                     ie = a.index_head_dim * _kv_elem_bytes(kvd) + (4.0 if kvd == "fp8" else 0.0)
                     add(4.0, math.inf, ie, 2.0 * a.index_n_heads * a.index_head_dim, "c4-indexer")
                 elif a.compress_ratio:
-                    add(float(a.compress_ratio), math.inf, e, fl, f"c{a.compress_ratio}")
+                    add(float(a.compress_ratio), math.inf, e, fl, f"c{a.compress_ratio}", hpr)
             elif a.kind == "mla":
                 c, rope = a.kv_lora_rank, a.qk_rope_head_dim
                 e = _latent_entry_bytes(c, rope, kvd)
-                add(1.0, math.inf, e, 2.0 * hpr * (c + rope + c), "mla")
+                add(1.0, math.inf, e, 2.0 * hpr * (c + rope + c), "mla", hpr)
             else:
                 e, fl = gqa_kv_entry(a.head_dim, decode_kv_heads(a, g.attn_tp), hpr, kvd)
                 cap = float(a.sliding_window) if a.sliding_window else math.inf
-                add(1.0, cap, e, fl, "swa" if a.sliding_window else "full")
-        return tuple(KVComponent(r, c, v[0], v[1], lab) for (r, c, lab), v in acc.items())
+                add(1.0, cap, e, fl, "swa" if a.sliding_window else "full", hpr)
+        return tuple(KVComponent(r, c, v[0], v[1], lab, v[2]) for (r, c, lab), v in acc.items())
 
     def kv_bytes(self, ctx: float) -> float:
         """KV pool bytes (per GPU of its attention rank) a request of `ctx` tokens holds
@@ -441,17 +444,21 @@ class EngineCost:
             n = min(chunk, left)
             t += self.gemm_s(n) + self.comm_s(n) + self.floor_s(prefill=True) + self.params.prefill_host_overhead_s
             left -= n
-        # Causal attention over the prompt: sum_{x=1..p} min(x / r, cap) entries per component, compute-bound.
-        flops = 0.0
+        # Causal attention over the prompt: sum_{x=1..p} min(x / r, cap) entries per component, compute-bound, and
+        # the softmax's exponentials where they do not hide under the MMAs (cost/compute.py softmax_exp_s).
+        flops = scores = 0.0
         counts = Counter(prompts)
         for c in self.components:
             for p_, mult in counts.items():
                 if math.isinf(c.cap):
-                    flops += mult * c.flops * (p_ * (p_ + 1) / 2.0) / c.ratio
+                    entries = mult * (p_ * (p_ + 1) / 2.0) / c.ratio
                 else:
                     xs = min(p_, int(c.ratio * c.cap))
-                    flops += mult * c.flops * ((xs * (xs + 1) / 2.0) / c.ratio + (p_ - xs) * c.cap)
-        return t + flops / self.peak_attn + total * self.prefill_query_s + host
+                    entries = mult * ((xs * (xs + 1) / 2.0) / c.ratio + (p_ - xs) * c.cap)
+                flops += c.flops * entries
+                scores += c.scores * entries
+        attention = flops / self.peak_attn + softmax_exp_s(self.hw, scores) * self.compute_scale
+        return t + attention + total * self.prefill_query_s + host
 
     def step_breakdown(self, batch: int, ctx: float) -> dict[str, float]:
         """One decode step of `batch` requests all at context `ctx`, by part (seconds)."""

@@ -93,7 +93,7 @@ def _gqa(b: Builder, a: AttentionSpec, s: Shard) -> None:
         materialized_core(b, s, hl, d, dv)
     else:
         b.attn("core_attention", *flash_core(rows, s.tokens, s.seq_len, hl, kvl, d, dv, a.sliding_window),
-               query_heads=rows * hl)
+               query_heads=rows * hl, scores=rows * mean_keys_per_query(s.seq_len, a.sliding_window) * hl)
     b.gemm("o_proj", rows, h, hl * dv, dtype=prec)
     tp_block(b, s, h)
     kv_full = s.tokens * kvl * (d + dv) * ACT_BYTES
@@ -122,7 +122,7 @@ def _mla(b: Builder, a: AttentionSpec, s: Shard) -> None:
     keys = mean_keys_per_query(s.seq_len, a.sliding_window)
     flops = 2.0 * rows * keys * hl * (dqk + dv)
     nbytes = (rows * hl * (dqk + dv) + s.tokens * hl * (dqk + dv)) * ACT_BYTES
-    b.attn("core_attention", flops, nbytes, query_heads=rows * hl)
+    b.attn("core_attention", flops, nbytes, query_heads=rows * hl, scores=rows * keys * hl)
     b.gemm("o_proj", rows, h, hl * dv, dtype=prec)
     latent = (r + c + rope) * ACT_BYTES if s.sequence_parallel else None
     tp_block(b, s, h, latent)
@@ -170,7 +170,7 @@ def _dsv4(b: Builder, a: AttentionSpec, s: Shard) -> None:
     # KV entries read once per CP rank's pass and reused from L2 across neighbouring queries (FlashMLA's
     # sparse kernels run compute-bound), plus the gathered indices.
     nbytes = rows * hl * hd * 2 * ACT_BYTES + kv_entries * hd * ACT_BYTES + rows * topk * 4
-    b.attn("core_attention", flops, nbytes, query_heads=rows * hl)
+    b.attn("core_attention", flops, nbytes, query_heads=rows * hl, scores=rows * keys * hl)
     groups_local = a.o_groups / tp  # wo_a is one GEMM per output group; TP splits the groups
     batch = max(1, int(groups_local))
     b.gemm("wo_a", rows, a.o_lora_rank, hl * hd / batch, batch=batch, dtype=prec)
