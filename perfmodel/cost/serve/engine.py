@@ -175,8 +175,8 @@ def _latent_entry_bytes(dims: int, rope: int, dtype: str) -> float:
 @dataclass(frozen=True, slots=True)
 class KVComponent:
     """Per request and per GPU: `min(ctx / ratio, cap)` KV entries read per decode step, each costing `time_s`
-    (roofline of its bytes and FLOPs), and `flops` and `scores` per query token in prefill. (What the pool *holds* - all C4
-    entries, not the top-k read - comes from `perfmodel.cost.memory.rollout`.)"""
+    (roofline of its bytes and FLOPs), and `flops` and `scores` per query token in prefill. (What the pool *holds*
+    - all C4 entries, not the top-k read - comes from `perfmodel.cost.memory.rollout`.)"""
 
     ratio: float
     cap: float  # entries read per decode step saturate here (math.inf when unbounded)
