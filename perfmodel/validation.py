@@ -31,7 +31,8 @@ class CaseResult:
     model: str = ""  # what decides a case's pairs (validation_pairs.py)
     stack_named: str = ""  # as the case names it (framework@release)
     hardware: str = ""
-    fits: bool | None = None  # a training run's memory as priced fits its GPUs (a run that ran must); None: serve
+    fits: bool | None = None  # a training run's memory as priced fits its GPUs (a run that ran must); None: serve,
+    # or a case that measured no figure of its trainer (its training section a placeholder)
 
 
 def score_case(case: ValidationCase, path: str, calibrations: list[Calibration] | None = None,
@@ -51,7 +52,7 @@ def score_case(case: ValidationCase, path: str, calibrations: list[Calibration] 
         res.split_note = scenario.split_note
         res.stack, res.stack_notes = scenario.stack.id, scenario.stack.notes
         predicted = predict_metrics(scenario, memo)
-        if case.kind != "serve":
+        if case.kind != "serve" and case.measured.measures_the_trainer():  # a placeholder trainer never ran
             res.fits = memoized_training_memory(scenario, memo).fits
         if band:  # the overlay is already in the scenario: the band only needs its covariance
             bands = prediction_band(scenario, overlay.uncertainty_only() if overlay else None, memo)
