@@ -36,7 +36,7 @@ Recompute = Literal["none", "selective", "full"]
 # GatedDeltaNet/GDP ones and mHC's are not)
 RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe", "shared_experts"]
 DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)  # megatron-core's default
-MoEDispatcher = Literal["alltoall", "deepep"]
+MoEDispatcher = Literal["alltoall", "deepep", "hybridep"]
 
 
 class _Strict(BaseModel):
@@ -103,7 +103,8 @@ class TrainSpec(_Strict):
     moe_dispatcher: MoEDispatcher = Field(
         "alltoall", description="alltoall: Megatron's alltoall dispatcher, one copy per (token, expert); deepep: "
         "DeepEP-style dispatch (Megatron flex, Primus Turbo DeepEP, MORI), one copy per destination GPU and, across "
-        "nodes, per destination node")
+        "nodes, per destination node; hybridep: NVIDIA's Hybrid-EP kernels (Megatron flex with the hybridep backend), "
+        "the same copies at their own rate over the scale-up domain")
 
     @model_validator(mode="after")
     def _recompute_options(self) -> TrainSpec:

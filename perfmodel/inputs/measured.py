@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-
 TRAINER_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "log_probs_time_s", "train_time_s",
                    "train_tokens_per_s")
 

@@ -106,6 +106,9 @@ def build_scenario(
     if run.rl is not None:
         _check_rl_gpus(run, m, source)
     dp, expert_dp = _check_layout(run, m, stack, source)
+    if run.train.moe_dispatcher == "hybridep" and hw.vendor != "nvidia":
+        raise _fail(source, "train.moe_dispatcher", f"hybridep: NVIDIA's Hybrid-EP kernels do not run on {hw.id}; "
+                    "use deepep (Primus-Turbo DeepEP, MORI) or alltoall")
     schedule = run.train.resolved_schedule()
     split, note = _pipeline_split(run, m, schedule, source)
     m_count = _microbatches(run, dp, schedule, source)

@@ -174,7 +174,7 @@ def _graph_all_reduce(r: KernelRow, hw: HardwareProfile) -> float:
 def _dispatch(r: KernelRow, hw: HardwareProfile) -> float:
     """cost/dispatch.py: DeepEP-style deduplicated dispatch (FP8 in) or combine (BF16 out) of this GPU's tokens."""
     elem = 1.0 if r.op == "ep_dispatch" and r.dtype in ("fp8", "fp8_block") else 2.0
-    d = Dispatch(r.get("tokens"), r.get("hidden"), r.get("topk"), r.get("experts"), elem, dedup=True,
+    d = Dispatch(r.get("tokens"), r.get("hidden"), r.get("topk"), r.get("experts"), elem, "deepep",
                  combine=r.op == "ep_combine")
     return dispatch_s(hw, d, _placement(r, hw))
 

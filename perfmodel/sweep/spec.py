@@ -11,7 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from perfmodel.errors import InputError
 from perfmodel.inputs.bounds import MAX_GPUS, MAX_PARALLEL_DEGREE
 from perfmodel.inputs.hardware_file import HardwareOptions
-from perfmodel.inputs.job import Recompute, RecomputeModule, ScheduleName
+from perfmodel.inputs.job import MoEDispatcher, Recompute, RecomputeModule, ScheduleName
 from perfmodel.inputs.loading import parse, read_mapping
 from perfmodel.inputs.plan import ExecutorSection
 from perfmodel.inputs.run import ModelRef
@@ -59,8 +59,9 @@ class SweepSpace(BaseModel):
     # none | full | selective (megatron's default, core_attn) | selective:mla_up_proj+moe_act (those submodules)
     recompute: tuple[RecomputeChoice, ...] = ("full", "selective")
     # MoE token dispatch of the trainer (tried only where EP > 1): Miles' DSV4 recipes use Megatron's alltoall;
-    # add "deepep" to compare a DeepEP-style dispatcher (Primus Turbo DeepEP, MORI, Megatron flex)
-    moe_dispatcher: tuple[Literal["alltoall", "deepep"], ...] = ("alltoall",)
+    # add "deepep" to compare a DeepEP-style dispatcher (Primus Turbo DeepEP, MORI, Megatron flex), "hybridep" for
+    # NVIDIA's Hybrid-EP (NVIDIA GPUs only)
+    moe_dispatcher: tuple[MoEDispatcher, ...] = ("alltoall",)
     # schedules tried at vpp 1 (the default one also at every vpp > 1, as the default multi-chunk schedule; a
     # multi-chunk one, combined-1f1b, at vpp > 1 too)
     schedule: tuple[ScheduleName, ...] = (default_schedule(1),)

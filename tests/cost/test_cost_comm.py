@@ -172,4 +172,4 @@ def test_dispatch_send_buffer():
 
     assert Dispatch(4096, 7168, 8, 256, 1.0).send_bytes == pytest.approx(4096 * 8 * 7168 * 1)
     assert Dispatch(4096 * 1.25, 7168, 8, 256, 2.0).send_bytes == pytest.approx(4096 * 1.25 * 8 * 7168 * 2)
-    assert Dispatch(4096, 7168, 8, 256, 2.0, dedup=True).send_bytes == pytest.approx(4096 * 7168 * 2)
+    assert Dispatch(4096, 7168, 8, 256, 2.0, "deepep").send_bytes == pytest.approx(4096 * 7168 * 2)

@@ -157,7 +157,7 @@ def test_grouped_wgrad_writes_each_hit_experts_gradient() -> None:
 
 def test_a_deepep_dispatch_is_its_floor_plus_bytes_at_the_slower_of_its_sms_and_the_link() -> None:
     g = GroupPlacement(8, 8)
-    d = Dispatch(4096, 7168, 8, 256, 1.0, dedup=True)
+    d = Dispatch(4096, 7168, 8, 256, 1.0, "deepep")
     moved = d.send_bytes * 7 * _hit_probability(256, 8, 32)
     sms = H100.ep_units * H100.ep_dispatch_unit_bytes_per_s
     link = H100.scale_up_gpu_bytes_per_s * H100.all_to_all_efficiency_scale_up

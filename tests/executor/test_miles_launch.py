@@ -219,6 +219,12 @@ def test_moe_dispatcher(seed):
     la = launch_of(seed)
     assert la.values("--moe-token-dispatcher-type") == ["flex"]
     assert la.values("--moe-flex-dispatcher-backend") == ["deepep"]
+    seed["train"]["moe_dispatcher"] = "hybridep"  # NVIDIA's Hybrid-EP: not on the seed's MI355X
+    with pytest.raises(InputError) as e:
+        launch_of(seed)
+    assert e.value.field == "train.moe_dispatcher"
+    seed["hardware"] = "gb300"
+    assert launch_of(seed).values("--moe-flex-dispatcher-backend") == ["hybridep"]
 
 
 def test_dynamic_batch_size_rules(seed):

@@ -39,8 +39,8 @@ def parallelism_args(t: TrainSpec, sc: Scenario, ctx: int) -> ArgGroup:
                "--context-parallel-size", str(lay.cp),
                "--expert-model-parallel-size", str(lay.ep),
                "--expert-tensor-parallel-size", str(lay.etp)]
-    if t.moe_dispatcher == "deepep":  # megatron-core 0.16: the flex dispatcher with the DeepEP backend
-        g.args += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
+    if t.moe_dispatcher != "alltoall":  # megatron-core 0.16: the flex dispatcher with the DeepEP or Hybrid-EP backend
+        g.args += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", t.moe_dispatcher]
     g.args += MEGATRON_SCHEDULES[t.resolved_schedule()]
     split_args, split_note = pipeline_split_args(sc.stage_layers, lay.pp, lay.vpp)
     g.args += split_args

@@ -5,7 +5,7 @@ these costs. See that module's docstring for what is modelled; the constants bel
 Where it prices what training also prices, it goes through the same path: GEMMs through
 `perfmodel.cost.compute.gemm_roofline_s`, EP dispatch through `perfmodel.cost.dispatch`, parameters by role through
 `perfmodel.cost.params`. It keeps two named choices of its own (decode GEMMs at the large-GEMM rate without the
-curve, `ROLLOUT_DEDUP_DISPATCH`) so predictions stay as measured; switching them is a model change.
+curve, `ROLLOUT_DISPATCH`) so predictions stay as measured; switching them is a model change.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from perfmodel.inputs.scenario import Scenario
 # ---------------------------------------------------------------------------------------------------------------
 # Named constants (each with its source). Calibratable ones are the defaults of `RolloutParams`.
 
-ROLLOUT_DEDUP_DISPATCH = False
+ROLLOUT_DISPATCH = "alltoall"
 """The engine's EP all-to-all sends one copy per (token, expert) pair (SGLang's EP MoE all-to-all), not the
 DeepEP-style deduplicated dispatch training can choose; switching is a model change (issue on software stacks)."""
 
@@ -379,7 +379,7 @@ class EngineCost:
             if g.moe_all_to_all:  # FP8 dispatch, BF16 combine of this GPU's share of the tokens
                 share = tokens / g.unit_gpus
                 t += self.n_moe * sum(
-                    dispatch_s(hw, Dispatch(share, d, self.top_k, self.num_experts, elem, ROLLOUT_DEDUP_DISPATCH,
+                    dispatch_s(hw, Dispatch(share, d, self.top_k, self.num_experts, elem, ROLLOUT_DISPATCH,
                                             combine), self.ep_group) for elem, combine in ((1.0, False), (2.0, True)))
             else:
                 t += self.n_moe * graph_all_reduce_s(hw, tokens * d * 2.0, self.unit_group)

@@ -145,7 +145,7 @@ def _moe(b: Builder, f: FFNSpec, s: Shard, imbalance: float) -> None:
         # backward: the combine's gradient goes out as a dispatch, the dispatch's comes back as a combine
         for phase, elem, back in (("fwd", dtype_bytes(s.precision), False), ("fwd", ACT_BYTES, True),
                                   ("bwd", ACT_BYTES, False), ("bwd", ACT_BYTES, True)):
-            b.dispatch(Dispatch(t * imb, h, f.top_k, f.num_experts, elem, s.dedup_dispatch, back), phase)
+            b.dispatch(Dispatch(t * imb, h, f.top_k, f.num_experts, elem, s.moe_dispatcher, back), phase)
     rows = t * f.top_k * imb * s.etp  # expert rows on the busiest GPU after dispatch (and the ETP gather)
     if s.etp > 1:
         nbytes = rows * h * ACT_BYTES

@@ -93,7 +93,7 @@ def chunk_layers(scn: Scenario, virtual_stage: int) -> tuple[LayerSpec, ...]:
 def shard_of(scn: Scenario, tokens: float, seq_len: int) -> Shard:
     lay, t = scn.layout, scn.train
     return Shard(tokens, seq_len, lay.tp, lay.cp, lay.ep, lay.etp, t.sequence_parallel and lay.tp > 1, t.precision,
-                 t.moe_dispatcher == "deepep", scn.stack.attention_kernel,
+                 t.moe_dispatcher, scn.stack.attention_kernel,
                  scn.stack.fp8_recipe, scn.stack.elementwise_fusion, scn.stack.flops_convention)
 
 

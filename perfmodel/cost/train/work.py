@@ -59,7 +59,7 @@ class Shard:
     etp: int = 1
     sequence_parallel: bool = False
     precision: str = "bf16"  # GEMM dtype of the transformer-layer linears
-    dedup_dispatch: bool = False  # DeepEP-style MoE dispatch: one copy per destination GPU / node
+    moe_dispatcher: str = "alltoall"  # MoE dispatch kernels (inputs/job.py MoEDispatcher, cost/dispatch.py)
     attention_kernel: str = "flash"  # "flash" (fused) or "materialized" (scores and softmax through HBM)
     fp8_recipe: str = "delayed"  # how FP8 GEMM inputs are quantized (layers.py fp8_cast_work); unused in BF16
     elementwise_fusion: str = "fused"  # "fused" kernels or "eager" ATen chains (eager.py)

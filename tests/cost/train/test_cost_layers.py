@@ -128,7 +128,7 @@ def test_moe_experts_over_ep_and_imbalance():
 
 def test_deepep_dispatch_carries_one_copy_per_token(dsv4):
     f = next(layer.ffn for layer in dsv4.layers if layer.ffn.kind == "moe")
-    s = Shard(tokens=4096, seq_len=4096, ep=8, dedup_dispatch=True)
+    s = Shard(tokens=4096, seq_len=4096, ep=8, moe_dispatcher="deepep")
     a2a = [c for c in ffn_work(f, s).comms if c.kind == "ep_a2a"]
     assert len(a2a) == 4 and all(c.dispatch.dedup and (c.dispatch.top_k, c.dispatch.experts) == (f.top_k, f.num_experts)
                                  for c in a2a)
