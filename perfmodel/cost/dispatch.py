@@ -58,6 +58,17 @@ def dispatch_s(hw: HardwareProfile, d: Dispatch, g: GroupPlacement) -> float:
     return all_to_all_s(hw, d.send_bytes, g)
 
 
+def overlap_share(hw: HardwareProfile, kernel: MoEDispatcher, hybridep_units: int) -> float:
+    """The share of a GPU's SMs (CUs) an EP all-to-all's kernels take while they run beside compute (an F&B pair's
+    overlap): Hybrid-EP's `hybridep_units` (megatron-core --moe-hybridep-num-sms), DeepEP's the profile's
+    `ep_kernel.units`; Megatron's alltoall dispatcher (NCCL / RCCL all-to-all, one CTA per channel) taken at the
+    same count (assumption). 0 where the profile does not give its SM count."""
+    if hw.compute_units <= 0:
+        return 0.0
+    units = hybridep_units if kernel == "hybridep" else hw.ep_units
+    return min(1.0, units / hw.compute_units)
+
+
 def _hit_probability(experts: int, top_k: int, owned: float) -> float:
     """Chance that a token's top_k distinct experts, drawn uniformly from `experts`, include at least one of the
     `owned` experts (those of one GPU, or of one node)."""

@@ -41,6 +41,7 @@ class HardwareProfile:
     hbm_bytes: float
     hbm_bandwidth_bytes_per_s: float
     gpus_per_node: int
+    compute_units: int  # SMs / CUs; 0: unknown (no share of them priced)
     scale_up_topology: str
     scale_up_domain_gpus: int
     scale_up_links_per_gpu: int
@@ -234,6 +235,7 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         hbm_bytes=f.hbm_bytes.value,
         hbm_bandwidth_bytes_per_s=f.hbm_bandwidth_bytes_per_s.value,
         gpus_per_node=int(f.gpus_per_node.value),
+        compute_units=int(f.compute_units.value) if f.compute_units else 0,
         scale_up_topology=f.scale_up.topology.value,
         scale_up_domain_gpus=int(f.scale_up.domain_gpus.value),
         scale_up_links_per_gpu=int(f.scale_up.links_per_gpu.value),

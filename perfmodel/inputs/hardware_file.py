@@ -215,6 +215,9 @@ class HardwareFile(_Strict):
     hbm_bytes: Positive
     hbm_bandwidth_bytes_per_s: Positive
     gpus_per_node: Positive
+    # SMs (NVIDIA) or CUs (AMD) of one GPU: the share of them communication kernels take from the compute they
+    # run beside (sim/pipeline.py, the EP all-to-all hidden under another micro-batch); absent: not priced
+    compute_units: Positive | None = None
     scale_up: ScaleUpFile
     scale_out: ScaleOutFile
     host: HostFile

@@ -203,6 +203,11 @@ class Stack(BaseModel):
             "Megatron-Bridge's formula before its v0.5.0 (NeMo 26.06) counts a GLU as 3 matrices only with SiLU and "
             "every attention layer as full causal; from 26.06 every GLU, and a sliding-window layer at its exact "
             "average context (Megatron-Bridge PR #3947)")
+    hybridep_units: int = knob(
+        16, part="train", ge=1,
+        doc="SMs NVIDIA's Hybrid-EP dispatch and combine kernels run on (megatron-core --moe-hybridep-num-sms, "
+            "default 16): what an all-to-all hidden under another micro-batch's compute takes from it "
+            "(`sim/pipeline.py`; DeepEP's are the profile's `ep_kernel.units`)")
     # The RL step's sub-phases outside the simulated rollout, passes and update (sim/rl_subphases.py,
     # docs/rl-phases.md): set per framework from its source, not fitted (one step's remainder cannot tell them apart).
     rl_step_host_s: float = knob(

@@ -75,9 +75,12 @@ def run_pipeline(
     op_times: Callable[[int, int], OpTimes],
     p2p_s: Callable[[int], float],
     record_trace: bool = False,
+    overlap_share: float = 0.0,
 ) -> PipelineResult:
     """Simulate one step of the pipeline. op_times(virtual_stage, mb); p2p_s(virtual_stage) is the transfer
-    time between virtual stage vs and vs+1 (and back for gradients) when they sit on different ranks.
+    time between virtual stage vs and vs+1 (and back for gradients) when they sit on different ranks;
+    `overlap_share` the share of the GPU's SMs the EP all-to-all kernels take while hidden under the other half of
+    an F&B pair (its compute runs that much slower for as long as they run).
 
     One long function on purpose: the rank processes are closures over the events and statistics of one
     simulation, on the hot path of every sweep candidate; split into functions they would pass a dozen shared
@@ -153,15 +156,15 @@ def run_pipeline(
             st.add("recompute", bt.recompute_s)
             st.add("backward", dur - bt.recompute_s - sum(comm.values()))
             if op.kind == "FB":
-                # DualPipe's pair: each half's EP all-to-all runs under the other half's compute; what is left
-                # over stays exposed.
+                # DualPipe's pair: each half's EP all-to-all runs under the other half's compute, whose SMs it
+                # shares while it runs (`overlap_share`); what is left over stays exposed.
                 f_compute = t.f_s - sum(t.f_comm_s.values())
                 b_compute = dur - sum(comm.values())
-                f_ep = max(0.0, t.f_comm_s.get(EP_COMM, 0.0) - b_compute)
-                b_ep = max(0.0, comm.get(EP_COMM, 0.0) - f_compute)
+                f_a2a, b_a2a = t.f_comm_s.get(EP_COMM, 0.0), comm.get(EP_COMM, 0.0)
+                hidden = min(f_a2a, b_compute) + min(b_a2a, f_compute)
                 comm = {k: t.f_comm_s.get(k, 0.0) + comm.get(k, 0.0) for k in {*t.f_comm_s, *comm}}
                 if EP_COMM in comm:
-                    comm[EP_COMM] = f_ep + b_ep
+                    comm[EP_COMM] = f_a2a + b_a2a - hidden + hidden * overlap_share
                 st.add("forward", f_compute)
                 dur = f_compute + b_compute + sum(comm.values())
         for kind, c in comm.items():

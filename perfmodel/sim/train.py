@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from perfmodel.cost.dispatch import overlap_share
 from perfmodel.cost.train.stage import (
     ChunkCost,
     chunk_cost,
@@ -214,7 +215,8 @@ def simulate_train_step(
             p2p_cache[vs] = p2p_time_s(scn, cost_of(vs, largest_mb).p2p_bytes)
         return p2p_cache[vs]
 
-    pipe: PipelineResult = run_pipeline(schedule, op_times, p2p, record_trace)
+    share = overlap_share(scn.hardware, scn.train.moe_dispatcher, scn.stack.hybridep_units)
+    pipe: PipelineResult = run_pipeline(schedule, op_times, p2p, record_trace, share)
 
     per_rank_extra = [_rank_tail(scn, schedule, op_times, rank, len(mbs))
                       if not forward_only and include_optimizer else {} for rank in range(lay.pp)]

@@ -56,6 +56,30 @@ def test_the_pairs_hide_each_others_all_to_all():
     assert runs["combined-1f1b"].makespan_s < runs["interleaved"].makespan_s
 
 
+def test_the_hidden_all_to_all_takes_its_share_of_the_sms_from_the_compute_it_hides_under():
+    """A pair's hidden all-to-all slows the other half's compute by the share of SMs its kernels hold while they
+    run (cost/dispatch.py overlap_share); at pp 1 every pair hides both halves fully (F 1.5 s with 0.5 s of
+    all-to-all, B 3 s with 1 s), so each of the 7 pairs pays (0.5 + 1.0) x the share."""
+    t = OpTimes(1.0 + 0.5, 2.0 + 1.0, f_comm_s={EP_COMM: 0.5}, b_comm_s={EP_COMM: 1.0})
+    s = make_schedule("combined-1f1b", 1, 8, 1)
+    free, shared = (run_pipeline(s, lambda vs, mb: t, lambda vs: 0.0, overlap_share=share) for share in (0.0, 0.2))
+    pairs = sum(1 for o in s.rank_ops(0) if o.kind == "FB")
+    assert pairs == 7
+    assert shared.makespan_s - free.makespan_s == pytest.approx(pairs * 1.5 * 0.2)
+    assert shared.ranks[0].busy_s[f"comm:{EP_COMM}"] - free.ranks[0].busy_s.get(f"comm:{EP_COMM}", 0.0) == \
+        pytest.approx(pairs * 1.5 * 0.2)
+
+
+def test_the_share_is_the_dispatch_kernels_sms_over_the_gpus():
+    from perfmodel.cost.dispatch import overlap_share
+    from perfmodel.inputs.hardware import load_hardware
+
+    b200, cpu = load_hardware("b200"), load_hardware("cpu-local")
+    assert overlap_share(b200, "hybridep", 32) == pytest.approx(32 / 148)
+    assert overlap_share(b200, "deepep", 32) == pytest.approx(b200.ep_units / 148)
+    assert overlap_share(cpu, "hybridep", 32) == 0.0  # no SM count: not priced
+
+
 def _run(**train):
     base = dict(precision="bf16", seq_len=4096, global_batch=256, micro_batch=1, schedule="combined-1f1b",
                 layout=dict(tp=1, pp=4, vpp=2, ep=8))
