@@ -10,7 +10,8 @@ case file per table row whose GPU has a profile and whose model is in the catalo
 
 Rows are skipped (and counted) for GPUs without a profile (DGX-B300), models outside the catalogue (Nemotron), NVFP4
 (no FP4 training path in the cost model yet). Recompute and activation offloading are read from each release's
-performance recipe (RECOMPUTE_BY_RELEASE, ACTIVATION_OFFLOAD). The shared cases (the shared validation set) are 11
+performance recipe (RECOMPUTE_BY_RELEASE, ACTIVATION_OFFLOAD), the MoE dispatcher and the EP all-to-all overlap from
+moe-comm-by-release.csv (`moe_comm`). The shared cases (the shared validation set) are 11
 of these rows from the 25.11 container (their copies keep what their files state: no recompute); this set holds all
 releases so that a change to the cost model is judged on many runs, not tuned to a few. Nothing here is fitted to."""
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import csv
 import json
 import re
 from pathlib import Path
@@ -97,6 +99,9 @@ OFFLOAD_SOURCE = {"llama3-70b": "Megatron-Bridge scripts/performance/configs/lla
                   "(tags v0.2.0 to v0.5.0), cpu_offloading_num_layers of the {hw} {precision} config",
                   "llama3.1-405b": "Megatron-Bridge v0.1.0rc4 scripts/performance/configs/llama31/"
                   "llama31_405b_llm_pretrain.yaml, cpu_offloading_num_layers of perf_matrix.{hw_id}"}
+MOE_COMM_CSV = Path(__file__).resolve().parent / "moe-comm-by-release.csv"
+MOE_COMM_NOTE = ("MoE dispatch {dispatcher}{overlap} as the {container} release's performance recipe sets it "
+                 "(moe-comm-by-release.csv)")
 RECOMPUTE_NOTE = ("recompute selective {modules} as the {container} release's performance recipe sets it "
                   "(make_cases.py RECOMPUTE_BY_RELEASE)")
 NO_RECOMPUTE_NOTE = "no recompute: the {container} release's performance recipe sets none (make_cases.py)"
@@ -140,6 +145,17 @@ def recompute_modules(model_id: str, hw: str, precision_cell: str, container: st
     for model, gpu, precision, containers, modules in RECOMPUTE_BY_RELEASE:
         if (model, gpu, precision) == key and container in containers.split():
             return modules.split()
+    return None
+
+
+def moe_comm(model_id: str, hw: str, precision_cell: str, container: str) -> tuple[str, bool] | None:
+    """(train.moe_dispatcher, EP all-to-all overlap) of the row's recipe (moe-comm-by-release.csv: flex with the
+    hybridep backend -> hybridep, with deepep -> deepep); None: Megatron's alltoall without the overlap."""
+    key = (model_id, hw, RECIPE_PRECISION[precision_cell])
+    lines = [line for line in MOE_COMM_CSV.read_text().splitlines() if line and not line.startswith("#")]
+    for row in csv.DictReader(lines):
+        if (row["model"], row["hardware"], row["precision"]) == key and container in row["containers"].split():
+            return row["dispatcher"].split("/")[-1], row["ep_a2a_overlap"] == "True"
     return None
 
 
@@ -201,6 +217,15 @@ def case_for(container: str, page: str, system: str | None, model: str | None, r
         case["train"]["activation_offload_layers"] = offload
         case["notes"] += (f"; activations of {offload} layers offloaded to the host: "
                           + OFFLOAD_SOURCE[model_id].format(hw=hw.upper(), precision=precision_cell, hw_id=hw))
+    comm = moe_comm(model_id, hw, precision_cell, container) if ep > 1 else None
+    if comm:
+        dispatcher, overlap = comm
+        if dispatcher != "alltoall":
+            case["train"]["moe_dispatcher"] = dispatcher
+        if overlap:  # megatron-core overlap_moe_expert_parallel_comm: the combined 1F1B schedule
+            case["train"]["schedule"] = "combined-1f1b"
+        case["notes"] += "; " + MOE_COMM_NOTE.format(dispatcher=dispatcher, container=container,
+                                                     overlap=" with the EP all-to-all overlap" if overlap else "")
     return case, ""
 
 
