@@ -58,11 +58,13 @@ class Combined1F1B(Interleaved):
     @classmethod
     def inflight_per_stage(cls, rank: int, pp: int, microbatches: int, stages: list[int],
                            group: int | None) -> dict[int, float]:
-        """As interleaved 1F1B, one forward more before the first backward (a pair's forward runs before its
-        backward frees a micro-batch)."""
+        """The warm-up's forwards, one more than interleaved 1F1B's, and no more: a pair runs its forward and its
+        backward layer by layer in opposite orders (megatron-core models/common/model_chunk_schedule_plan.py:
+        "Phase 1: forward_layer[0] + backward_layer[3]" ...), so the forward's activations grow as the backward
+        frees the other micro-batch's; the peak is interleaved 1F1B's (one layer more at most, not counted)."""
         v = len(stages)
         g = group or pp
-        n = min(microbatches * v, cls.warmup(rank, pp, v, g) + 1)
+        n = min(microbatches * v, cls.warmup(rank, pp, v, g))
         counts = {s: 0.0 for s in stages}
         for k in range(n):
             counts[stages[(k // g) % v]] += 1
