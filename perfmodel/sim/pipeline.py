@@ -33,6 +33,9 @@ class OpTimes:
     recompute_s: float = 0.0  # part of b_s spent replaying the forward
     f_comm_s: dict[str, float] = field(default_factory=dict)
     b_comm_s: dict[str, float] = field(default_factory=dict)
+    moe_share: float = 0.0  # of the compute, the MoE experts' (an F&B pair's middle window, fb_pair_ep_s)
+    f_dispatch_share: float = 0.5  # of the forward's EP all-to-all, the dispatch's
+    b_combine_share: float = 0.5  # of the backward's, the combine gradient's (the first one out)
 
 
 @dataclass(slots=True)
@@ -68,6 +71,23 @@ class PipelineResult:
 
     def bubble_s(self, rank: int) -> float:
         return self.makespan_s - self.ranks[rank].total_busy_s
+
+
+def fb_pair_ep_s(f: OpTimes, b: OpTimes, f_compute: float, b_compute: float, overlap_share: float) -> float:
+    """The EP all-to-all time an F&B pair adds to its two halves' compute. megatron-core runs the pair layer by
+    layer (models/common/model_chunk_schedule_plan.py, schedule_layer_1f1b) in three windows, the communication
+    stream beside the compute stream: the backward's combine gradient beside the forward's attention; the
+    forward's dispatch and the backward's dispatch gradient beside the backward's and the forward's experts; the
+    forward's combine beside the backward's attention. Each window takes the longer of the two (chunk sums: every
+    layer alike); what the compute hides still holds `overlap_share` of the SMs, which the compute beside it
+    loses."""
+    f_a2a, b_a2a = f.f_comm_s.get(EP_COMM, 0.0), b.b_comm_s.get(EP_COMM, 0.0)
+    f_moe, b_moe = f_compute * f.moe_share, b_compute * b.moe_share
+    f_dispatch, b_combine = f_a2a * f.f_dispatch_share, b_a2a * b.b_combine_share
+    windows = (max(b_combine, f_compute - f_moe) + max(f_dispatch + b_a2a - b_combine, b_moe + f_moe)
+               + max(f_a2a - f_dispatch, b_compute - b_moe))
+    exposed = windows - f_compute - b_compute
+    return exposed + (f_a2a + b_a2a - exposed) * overlap_share
 
 
 def run_pipeline(
@@ -160,11 +180,10 @@ def run_pipeline(
                 # shares while it runs (`overlap_share`); what is left over stays exposed.
                 f_compute = t.f_s - sum(t.f_comm_s.values())
                 b_compute = dur - sum(comm.values())
-                f_a2a, b_a2a = t.f_comm_s.get(EP_COMM, 0.0), comm.get(EP_COMM, 0.0)
-                hidden = min(f_a2a, b_compute) + min(b_a2a, f_compute)
+                ep = fb_pair_ep_s(t, bt, f_compute, b_compute, overlap_share)
                 comm = {k: t.f_comm_s.get(k, 0.0) + comm.get(k, 0.0) for k in {*t.f_comm_s, *comm}}
                 if EP_COMM in comm:
-                    comm[EP_COMM] = f_a2a + b_a2a - hidden + hidden * overlap_share
+                    comm[EP_COMM] = ep
                 st.add("forward", f_compute)
                 dur = f_compute + b_compute + sum(comm.values())
         for kind, c in comm.items():

@@ -110,9 +110,10 @@ def _op_times(cost: ChunkCost, schedule: Schedule) -> OpTimes:
     b_comm = dict(cost.bwd_comm_s)
     f_s = cost.fwd_compute_s + sum(f_comm.values())
     b_core = cost.recompute_s + cost.bwd_input_s + sum(b_comm.values())
+    parts = (cost.moe_share, cost.f_dispatch_share, cost.b_combine_share)
     if schedule.split_backward:
-        return OpTimes(f_s, b_core, cost.bwd_weight_s, cost.recompute_s, f_comm, b_comm)
-    return OpTimes(f_s, b_core + cost.bwd_weight_s, 0.0, cost.recompute_s, f_comm, b_comm)
+        return OpTimes(f_s, b_core, cost.bwd_weight_s, cost.recompute_s, f_comm, b_comm, *parts)
+    return OpTimes(f_s, b_core + cost.bwd_weight_s, 0.0, cost.recompute_s, f_comm, b_comm, *parts)
 
 
 def _quantize(n: int) -> int:
@@ -127,7 +128,7 @@ def scale_chunk_cost(c: ChunkCost, r: float) -> ChunkCost:
         return c
     return ChunkCost(c.fwd_compute_s * r, c.bwd_input_s * r, c.bwd_weight_s * r, c.recompute_s * r,
                      {k: v * r for k, v in c.fwd_comm_s.items()}, {k: v * r for k, v in c.bwd_comm_s.items()},
-                     c.model_flops * r, c.p2p_bytes * r)
+                     c.model_flops * r, c.p2p_bytes * r, c.moe_share, c.f_dispatch_share, c.b_combine_share)
 
 
 def default_microbatches(scn: Scenario) -> list[tuple[int, int]]:

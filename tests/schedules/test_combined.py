@@ -51,7 +51,7 @@ def test_as_many_micro_batches_in_flight_as_interleaved():
 
 def test_the_pairs_hide_each_others_all_to_all():
     f_comm, b_comm = {EP_COMM: 0.5}, {EP_COMM: 1.0}
-    t = OpTimes(1.0 + 0.5, 2.0 + 1.0, f_comm_s=f_comm, b_comm_s=b_comm)
+    t = OpTimes(1.0 + 0.5, 2.0 + 1.0, f_comm_s=f_comm, b_comm_s=b_comm, moe_share=0.5)
     runs = {name: run_pipeline(make_schedule(name, 2, 8, 2), lambda vs, mb: t, lambda vs: 0.0)
             for name in ("interleaved", "combined-1f1b")}
     exposed = {k: sum(rk.busy_s.get(f"comm:{EP_COMM}", 0.0) for rk in r.ranks) for k, r in runs.items()}
@@ -63,7 +63,7 @@ def test_the_hidden_all_to_all_takes_its_share_of_the_sms_from_the_compute_it_hi
     """A pair's hidden all-to-all slows the other half's compute by the share of SMs its kernels hold while they
     run (cost/dispatch.py overlap_share); at pp 1 every pair hides both halves fully (F 1.5 s with 0.5 s of
     all-to-all, B 3 s with 1 s), so each of the 7 pairs pays (0.5 + 1.0) x the share."""
-    t = OpTimes(1.0 + 0.5, 2.0 + 1.0, f_comm_s={EP_COMM: 0.5}, b_comm_s={EP_COMM: 1.0})
+    t = OpTimes(1.0 + 0.5, 2.0 + 1.0, f_comm_s={EP_COMM: 0.5}, b_comm_s={EP_COMM: 1.0}, moe_share=0.5)
     s = make_schedule("combined-1f1b", 1, 8, 1)
     free, shared = (run_pipeline(s, lambda vs, mb: t, lambda vs: 0.0, overlap_share=share) for share in (0.0, 0.2))
     pairs = sum(1 for o in s.rank_ops(0) if o.kind == "FB")
@@ -71,6 +71,23 @@ def test_the_hidden_all_to_all_takes_its_share_of_the_sms_from_the_compute_it_hi
     assert shared.makespan_s - free.makespan_s == pytest.approx(pairs * 1.5 * 0.2)
     assert shared.ranks[0].busy_s[f"comm:{EP_COMM}"] - free.ranks[0].busy_s.get(f"comm:{EP_COMM}", 0.0) == \
         pytest.approx(pairs * 1.5 * 0.2)
+
+
+@pytest.mark.parametrize(("moe_share", "exposed"), [(0.5, 0.0), (0.25, 0.75 - 0.75), (0.1, 0.75 - 0.3)])
+def test_each_all_to_all_hides_only_under_its_own_window(moe_share, exposed):
+    """megatron-core's three windows a layer: the backward's combine gradient beside the forward's attention, the
+    two dispatches beside the two halves' experts, the forward's combine beside the backward's attention. F: 1 s of
+    compute and 0.5 s of all-to-all (half dispatch), B: 2 s and 1 s (half the combine gradient)."""
+    from perfmodel.sim.pipeline import fb_pair_ep_s
+
+    f = OpTimes(1.5, 0.0, f_comm_s={EP_COMM: 0.5}, moe_share=moe_share)
+    b = OpTimes(0.0, 3.0, b_comm_s={EP_COMM: 1.0}, moe_share=moe_share)
+    # windows: max(0.5, 1 - m) + max(0.25 + 0.5, 3 m) + max(0.25, 2 - 2 m), m the experts' share
+    windows = max(0.5, 1 - moe_share) + max(0.75, 3 * moe_share) + max(0.25, 2 - 2 * moe_share)
+    assert fb_pair_ep_s(f, b, 1.0, 2.0, 0.0) == pytest.approx(windows - 3.0)
+    assert fb_pair_ep_s(f, b, 1.0, 2.0, 0.0) == pytest.approx(exposed)
+    hidden = 1.5 - exposed
+    assert fb_pair_ep_s(f, b, 1.0, 2.0, 0.2) == pytest.approx(exposed + 0.2 * hidden)
 
 
 def test_the_share_is_the_dispatch_kernels_sms_over_the_gpus():

@@ -97,7 +97,9 @@ def test_each_rank_runs_dualpipev_steps_once_per_micro_batch_and_chunk(pp: int, 
 
 def test_pairs_hide_each_others_all_to_all_and_lone_ops_do_not() -> None:
     ep = {EP_COMM: 0.6}
-    t = OpTimes(1.6, 1.6, 0.5, 0.0, dict(ep), dict(ep))  # 1 s of compute and 0.6 s of all-to-all each way
+    # 1 s of compute and 0.6 s of all-to-all each way, half the compute in the experts (each all-to-all fits its
+    # window: sim/pipeline.py fb_pair_ep_s)
+    t = OpTimes(1.6, 1.6, 0.5, 0.0, dict(ep), dict(ep), moe_share=0.5)
     r = run_pipeline(make_schedule("dualpipev", 4, 16), lambda vs, mb: t, lambda vs: 0.0)
     for k, rank in enumerate(r.ranks):
         ops = make_schedule("dualpipev", 4, 16).rank_ops(k)

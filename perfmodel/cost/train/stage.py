@@ -39,7 +39,7 @@ from perfmodel.cost.train.layers import (
 )
 from perfmodel.cost.train.moe import MoEAssumptions, layer_imbalance
 from perfmodel.cost.train.timing import COMM_KINDS, Times, time_work
-from perfmodel.cost.train.work import CORE_ATTN
+from perfmodel.cost.train.work import CORE_ATTN, MOE
 from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.inputs.keys import Reads, hardware_key, model_key, scenario_key
 from perfmodel.inputs.model import LayerSpec
@@ -76,6 +76,12 @@ class ChunkCost:
     bwd_comm_s: dict[str, float]
     model_flops: float  # model FLOPs (fwd + bwd, no recompute) of this chunk on this GPU
     p2p_bytes: float  # activation bytes sent to the next stage (DSV4: [s, b, hc_mult, h])
+    # what an F&B pair (sim/pipeline.py) hides under what: the share of the forward compute in the MoE layers'
+    # experts ("mlp" in megatron-core's schedule plan), the dispatch's share of the forward EP all-to-all, the
+    # combine-gradient's share of the backward's (the first all-to-all a backward layer sends)
+    moe_share: float = 0.0
+    f_dispatch_share: float = 0.5
+    b_combine_share: float = 0.5
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -182,15 +188,16 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
     total = Times()
     recompute_s = 0.0
     replay = dict.fromkeys(COMM_KINDS, 0.0)
-    model_flops_fwd = 0.0
+    model_flops_fwd = moe_fwd = 0.0
 
     def imbalance(layer: LayerSpec) -> float:
         return layer_imbalance(layer.ffn, m.vocab_size, s.ep, s.ep * s.t_moe, moe, memo)
 
     def add_layer(layer: LayerSpec, position: int) -> None:
-        nonlocal recompute_s, model_flops_fwd
+        nonlocal recompute_s, model_flops_fwd, moe_fwd
         t, flops = _layer_times(scn, layer, s, places, imbalance(layer), moe, memo)
         total.add(t)
+        moe_fwd += sum(dt for path, dt in t.module_fwd.items() if path.split("/")[0] == MOE)
         model_flops_fwd += flops
         if scn.train.activation_offload_layers:
             # an offloaded layer's activations go to the host after its forward and come back before its backward,
@@ -241,7 +248,15 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
         bwd_comm_s={k: v for k, v in bwd_comm.items() if k in keep},
         model_flops=3.0 * model_flops_fwd,
         p2p_bytes=p2p,
+        moe_share=min(1.0, moe_fwd / total.fwd) if total.fwd > 0 else 0.0,
+        f_dispatch_share=_share(total.ep_parts, ("fwd", False), ("fwd", True)),
+        b_combine_share=_share(total.ep_parts, ("bwd", False), ("bwd", True)),
     )
+
+
+def _share(parts: dict[tuple[str, bool], float], one: tuple[str, bool], other: tuple[str, bool]) -> float:
+    a, b = parts.get(one, 0.0), parts.get(other, 0.0)
+    return a / (a + b) if a + b > 0 else 0.5
 
 
 # ---------------------------------------------------------------------------------------------------------------

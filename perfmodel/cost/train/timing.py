@@ -37,6 +37,8 @@ class Times:
     # forward compute and exposed forward communication by submodule path (work.py), what recompute replays
     module_fwd: dict[str, float] = dataclasses.field(default_factory=dict)
     module_comm: dict[tuple[str, str], float] = dataclasses.field(default_factory=dict)  # (path, kind)
+    # the EP all-to-all by (phase, is the combine kernel): which of them an F&B pair hides under what (sim/pipeline)
+    ep_parts: dict[tuple[str, bool], float] = dataclasses.field(default_factory=dict)
 
     def add(self, o: Times) -> None:
         """Sum into a chunk's totals; the per-submodule times stay per layer (what recompute replays is read from
@@ -47,11 +49,14 @@ class Times:
         for k in COMM_KINDS:
             self.fwd_comm[k] += o.fwd_comm[k]
             self.bwd_comm[k] += o.bwd_comm[k]
+        for part, dt in o.ep_parts.items():
+            self.ep_parts[part] = self.ep_parts.get(part, 0.0) + dt
 
     def scaled(self, fwd: float, bwd: float) -> Times:
         """Compute times x `fwd` (forward) and `bwd` (backward); communication as it was."""
         return Times(self.fwd * fwd, self.bwd_in * bwd, self.bwd_w * bwd, dict(self.fwd_comm), dict(self.bwd_comm),
-                     {path: dt * fwd for path, dt in self.module_fwd.items()}, dict(self.module_comm))
+                     {path: dt * fwd for path, dt in self.module_fwd.items()}, dict(self.module_comm),
+                     dict(self.ep_parts))
 
     def replayed_fwd(self, recomputed: frozenset[str]) -> tuple[float, dict[str, float]]:
         """(forward compute, forward communication by kind) of the submodules `recomputed` replays."""
@@ -146,6 +151,9 @@ def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement], e
             under_dgrad[c.kind] = under_dgrad.get(c.kind, 0.0) + dt
         else:
             (t.fwd_comm if c.phase == "fwd" else t.bwd_comm)[c.kind] += dt
+            if c.dispatch is not None:
+                part = (c.phase, c.dispatch.combine)
+                t.ep_parts[part] = t.ep_parts.get(part, 0.0) + dt
             if c.phase == "fwd" and c.module:
                 t.module_comm[c.module, c.kind] = t.module_comm.get((c.module, c.kind), 0.0) + dt
     for kind, dt in under_dgrad.items():  # only what outlasts the input-gradient GEMMs it runs under is exposed
