@@ -82,11 +82,13 @@ def fb_pair_ep_s(f: OpTimes, b: OpTimes, f_compute: float, b_compute: float, ove
     layer alike); what the compute hides still holds `overlap_share` of the SMs, which the compute beside it
     loses."""
     f_a2a, b_a2a = f.f_comm_s.get(EP_COMM, 0.0), b.b_comm_s.get(EP_COMM, 0.0)
+    if f_a2a + b_a2a <= 0:
+        return 0.0
     f_moe, b_moe = f_compute * f.moe_share, b_compute * b.moe_share
     f_dispatch, b_combine = f_a2a * f.f_dispatch_share, b_a2a * b.b_combine_share
     windows = (max(b_combine, f_compute - f_moe) + max(f_dispatch + b_a2a - b_combine, b_moe + f_moe)
                + max(f_a2a - f_dispatch, b_compute - b_moe))
-    exposed = windows - f_compute - b_compute
+    exposed = min(f_a2a + b_a2a, max(0.0, windows - f_compute - b_compute))  # rounding of large sums
     return exposed + (f_a2a + b_a2a - exposed) * overlap_share
 
 
