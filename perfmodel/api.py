@@ -131,6 +131,9 @@ def _sweep_inputs(spec: SweepSpec | str | PathLike | None, spec_path: str, calib
         modules = recompute_choice(choice)[1]
         if modules:
             check_recompute_modules(modules, model, spec_path, "space.recompute")
+    if "hybridep" in spec.space.moe_dispatcher and hw.vendor != "nvidia":  # the file's error, not every plan's
+        raise InputError(spec_path, "space.moe_dispatcher", f"hybridep: NVIDIA's Hybrid-EP kernels do not run on "
+                         f"{hw.id}; remove it (deepep: Primus-Turbo DeepEP, MORI)")
     return spec, spec_path, hw, cal, model
 
 

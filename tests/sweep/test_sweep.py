@@ -107,6 +107,17 @@ def test_a_recompute_choice_the_model_cannot_take_is_one_line(tmp_path, capsys, 
     assert err.count("\n") == 1 and "space.recompute" in err and says in err
 
 
+def test_hybrid_ep_in_an_amd_sweep_is_one_line(tmp_path, capsys):
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({"hardware": "mi355x", "model": {"id": "qwen3-30b-a3b"}, "nodes": [1],
+                                 "job": {"kind": "pretrain", "train": {"seq_len": 2048, "global_batch": 64}},
+                                 "space": {"moe_dispatcher": ["alltoall", "hybridep"]}}))
+    assert main(["sweep", str(p), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "space.moe_dispatcher" in err and "deepep" in err
+    assert not (tmp_path / "out" / "candidates.csv").exists()
+
+
 def test_parse_nodes():
     assert parse_nodes("4-64") == (4, 8, 16, 32, 64)
     assert parse_nodes("4,8,16") == (4, 8, 16)
