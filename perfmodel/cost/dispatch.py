@@ -51,10 +51,9 @@ class Dispatch:
 
 
 def dispatch_s(hw: HardwareProfile, d: Dispatch, g: GroupPlacement) -> float:
-    if d.kernel == "hybridep":
-        return dedup_all_to_all_s(hw, d.send_bytes, d.top_k, d.experts, g, d.combine, hybrid_elem_bytes=d.elem_bytes)
     if d.dedup:
-        return dedup_all_to_all_s(hw, d.send_bytes, d.top_k, d.experts, g, d.combine)
+        hybrid = d.elem_bytes if d.kernel == "hybridep" else 0.0
+        return dedup_all_to_all_s(hw, d.send_bytes, d.top_k, d.experts, g, d.combine, hybrid_elem_bytes=hybrid)
     return all_to_all_s(hw, d.send_bytes, g)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
+import functools
 import json
 import re
 from pathlib import Path
@@ -148,12 +149,17 @@ def recompute_modules(model_id: str, hw: str, precision_cell: str, container: st
     return None
 
 
+@functools.cache
+def _moe_comm_rows() -> tuple[dict[str, str], ...]:
+    lines = [line for line in MOE_COMM_CSV.read_text().splitlines() if line and not line.startswith("#")]
+    return tuple(csv.DictReader(lines))
+
+
 def moe_comm(model_id: str, hw: str, precision_cell: str, container: str) -> tuple[str, bool] | None:
     """(train.moe_dispatcher, EP all-to-all overlap) of the row's recipe (moe-comm-by-release.csv: flex with the
     hybridep backend -> hybridep, with deepep -> deepep); None: Megatron's alltoall without the overlap."""
     key = (model_id, hw, RECIPE_PRECISION[precision_cell])
-    lines = [line for line in MOE_COMM_CSV.read_text().splitlines() if line and not line.startswith("#")]
-    for row in csv.DictReader(lines):
+    for row in _moe_comm_rows():
         if (row["model"], row["hardware"], row["precision"]) == key and container in row["containers"].split():
             return row["dispatcher"].split("/")[-1], row["ep_a2a_overlap"] == "True"
     return None
