@@ -109,7 +109,7 @@ def _sweep_inputs(spec: SweepSpec | str | PathLike | None, spec_path: str, calib
     parameters into the profile, stack parameters into every candidate's stack."""
     from perfmodel.inputs.hardware import load_hardware
     from perfmodel.inputs.run import RunSpec
-    from perfmodel.inputs.scenario import check_recompute_modules, resolve_model
+    from perfmodel.inputs.scenario import check_moe_dispatchers, check_recompute_modules, resolve_model
     from perfmodel.inputs.stack import StackOptions, resolve_stack
     from perfmodel.sweep.spec import SweepSpec, default_sweep_path, load_sweep_spec, recompute_choice
 
@@ -131,9 +131,7 @@ def _sweep_inputs(spec: SweepSpec | str | PathLike | None, spec_path: str, calib
         modules = recompute_choice(choice)[1]
         if modules:
             check_recompute_modules(modules, model, spec_path, "space.recompute")
-    if "hybridep" in spec.space.moe_dispatcher and hw.vendor != "nvidia":  # the file's error, not every plan's
-        raise InputError(spec_path, "space.moe_dispatcher", f"hybridep: NVIDIA's Hybrid-EP kernels do not run on "
-                         f"{hw.id}; remove it (deepep: Primus-Turbo DeepEP, MORI)")
+    check_moe_dispatchers(spec.space.moe_dispatcher, hw, spec_path, "space.moe_dispatcher")  # likewise
     return spec, spec_path, hw, cal, model
 
 

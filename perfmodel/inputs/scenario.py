@@ -106,9 +106,7 @@ def build_scenario(
     if run.rl is not None:
         _check_rl_gpus(run, m, source)
     dp, expert_dp = _check_layout(run, m, stack, source)
-    if run.train.moe_dispatcher == "hybridep" and hw.vendor != "nvidia":
-        raise _fail(source, "train.moe_dispatcher", f"hybridep: NVIDIA's Hybrid-EP kernels do not run on {hw.id}; "
-                    "use deepep (Primus-Turbo DeepEP, MORI) or alltoall")
+    check_moe_dispatchers((run.train.moe_dispatcher,), hw, source, "train.moe_dispatcher")
     schedule = run.train.resolved_schedule()
     split, note = _pipeline_split(run, m, schedule, source)
     m_count = _microbatches(run, dp, schedule, source)
@@ -237,6 +235,13 @@ def _check_layout(run: RunSpec, m: ModelSpec, stack: Stack, source: str) -> tupl
                     "(load-balanced context parallel)")
 
     return dp, expert_dp
+
+
+def check_moe_dispatchers(dispatchers: tuple[str, ...], hw: HardwareProfile, source: str, field: str) -> None:
+    """NVIDIA's Hybrid-EP kernels run on NVIDIA GPUs only."""
+    if "hybridep" in dispatchers and hw.vendor != "nvidia":
+        raise _fail(source, field, f"hybridep: NVIDIA's Hybrid-EP kernels do not run on {hw.id}; use deepep "
+                    "(Primus-Turbo DeepEP, MORI) or alltoall")
 
 
 def check_recompute_modules(modules: tuple[str, ...], m: ModelSpec, source: str, field: str) -> None:

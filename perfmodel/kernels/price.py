@@ -102,7 +102,8 @@ def _prefill_engine(r: KernelRow, hw: HardwareProfile) -> float:
     _, entry_flops = gqa_kv_entry(r.get("head_dim"), r.get("kv_heads"), r.get("heads"), "bf16")
     pairs = r.get("batch") * _keys(r, r.get("cached"), r.get("seq"))
     queries, per, _, floor = _attention_fixed(r, hw)
-    return pairs * entry_flops / rates.attn_flops_per_s + softmax_exp_s(hw, _scores(r)) + queries * per + floor
+    scores = pairs * r.get("heads")  # _scores: each pair once per query head
+    return pairs * entry_flops / rates.attn_flops_per_s + softmax_exp_s(hw, scores) + queries * per + floor
 
 
 def _decode_engine(r: KernelRow, hw: HardwareProfile) -> float:
