@@ -25,6 +25,11 @@ SGLANG_SERVING_MEM_FRACTION = 0.88
 
 LENGTH_POINTS = 32  # a uniform length range is drawn from at most this many evenly spaced lengths
 
+SERVE_ENGINES = ("sglang", "vllm")
+"""The engines a serve case may name as its stack: those whose profiles (stacks/sglang.yaml, stacks/vllm.yaml) state
+the engine's own knobs. An unknown release of one falls back to its profile with a note (perfmodel/inputs/stack.py);
+an unknown engine is the file's error, not a silent SGLang-like default."""
+
 
 class ServeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -82,6 +87,15 @@ class ServeRun(BaseModel):
     stack: str | None = Field(None, description="the engine: sglang[@version] or vllm[@version]")
     stack_options: StackOptions | None = None
     serve: ServeSpec
+
+    @field_validator("stack")
+    @classmethod
+    def _known_engine(cls, value: str | None) -> str | None:
+        engine = (value or "").strip().partition("@")[0]
+        if engine and engine not in SERVE_ENGINES:
+            raise ValueError(f"{engine!r} is not an engine the project prices; name one of "
+                             f"{', '.join(e + '[@version]' for e in SERVE_ENGINES)}")
+        return value
 
     @model_validator(mode="after")
     def _engines(self) -> ServeRun:

@@ -61,6 +61,8 @@ def _print_serve(d: dict, console: Console) -> None:
         f"benchmark of {d['model']} on {d['gpus']} x {d['hardware']}: {d['engines']} engine(s) x {d['engine_gpus']} "
         f"GPUs ({d['engine_layout']}), {d['requests']} requests at concurrency {d['concurrency']}, stack "
         f"{d['stack']}"), soft_wrap=True, markup=True)
+    for note in d.get("stack_notes", []):
+        console.print(f"note: {note}", soft_wrap=True)
     _print_metrics(d["metrics"], console)
     step = d["decode_step"]
     parts = {k: v for k, v in step["parts_ms"].items() if k != "total"}

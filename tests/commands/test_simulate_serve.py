@@ -64,3 +64,21 @@ def test_check_prints_the_engines_kv_pool_and_client(capsys):
     assert main(["check", str(CASE)]) == 0
     out = capsys.readouterr().out
     assert "1 x 8 GPUs (TP8/EP1/DP1)" in out and "KV pool" in out and "8 in flight" in out
+
+
+def test_an_unknown_engine_is_the_files_error_in_one_line(tmp_path, capsys):
+    p, data = _bare_run(tmp_path)
+    p.write_text(yaml.safe_dump({**data, "stack": "tgi@3.0"}))
+    rc = main(["simulate", str(p)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "stack" in err and "sglang" in err and str(p) in err
+
+
+def test_an_unknown_engine_release_falls_back_to_the_engine_with_a_note(tmp_path, capsys):
+    p, data = _bare_run(tmp_path)
+    p.write_text(yaml.safe_dump({**data, "stack": "sglang@9.9.9"}))
+    assert main(["simulate", str(p), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["stack"] == "sglang" and any("9.9.9" in n for n in out["stack_notes"])
+    assert main(["simulate", str(p)]) == 0
+    assert "note: release '9.9.9' of sglang" in capsys.readouterr().out
