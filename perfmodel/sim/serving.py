@@ -70,7 +70,8 @@ class ServeResult:
         batch, ctx, parts = self.decode_step()
         return {
             "kind": "serve", "model": scn.model.id or scn.model.family, "hardware": scn.hardware.id, "gpus": self.gpus,
-            "stack": scn.stack.id, "stack_notes": list(scn.stack.notes), "engines": g.n_engines, "engine_gpus": serve.engine_gpus,
+            "stack": scn.stack.id, "stack_notes": list(scn.stack.notes), "engines": g.n_engines,
+            "engine_gpus": serve.engine_gpus,
             "engine_layout": engine_layout(serve.tp, serve.ep, serve.dp, serve.dp_attention),
             "concurrency": serve.concurrency, "requests": self.requests,
             "metrics": self.metrics(), "duration_s": self.duration_s,
