@@ -69,7 +69,8 @@ def _ops(num_layers: int, experts: int, tokens: int = 32) -> tuple[int, int, flo
     return fwd.count, bwd.count, sorted(t_fwd)[10], sorted(t_bwd)[10]
 
 
-def main() -> None:
+def init_one_process(port: str) -> None:
+    """megatron-core on this CPU as one rank (gloo, TP = PP = 1), one thread: what the counts are measured in."""
     from executor.backends.local.cpu_shims import apply_megatron_shims
 
     apply_megatron_shims()
@@ -78,11 +79,17 @@ def main() -> None:
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29517")
+    os.environ.setdefault("MASTER_PORT", port)
     dist.init_process_group("gloo", rank=0, world_size=1)
     ps.initialize_model_parallel(1, 1)
     model_parallel_cuda_manual_seed(0)
     torch.set_num_threads(1)
+
+
+def main() -> None:
+    import torch.distributed as dist
+
+    init_one_process("29517")
 
     out: dict[str, object] = {"torch": torch.__version__, "measured_at": time.strftime("%Y-%m-%d"),
                               "note": __doc__.split("\n\n")[0]}

@@ -52,6 +52,7 @@ class HardwareProfile:
     scale_out_latency_s: float
     host_memory_bytes: float
     host_link_bytes_per_s: float
+    host_op_time_factor: float  # the host CPU's per-op issue time over the x86 servers the per-op times stand for
     gemm: dict[str, GemmCurve]
     hbm_efficiency: float
     collective_bus_efficiency_scale_up: float
@@ -246,6 +247,7 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         scale_out_latency_s=f.scale_out.latency_s.value,
         host_memory_bytes=f.host.memory_bytes.value,
         host_link_bytes_per_s=f.host.link_bandwidth_bytes_per_s.value,
+        host_op_time_factor=f.host.op_time_factor.value,
         gemm={k: GemmCurve(v.max.value, v.half_flops.value) for k, v in e.gemm.items()},
         hbm_efficiency=e.hbm.value,
         collective_bus_efficiency_scale_up=e.collective_bus.scale_up.value,

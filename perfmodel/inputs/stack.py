@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from perfmodel.errors import InputError
 from perfmodel.inputs.loading import first_error, parse, read_mapping
@@ -30,6 +30,32 @@ AttentionKernel = Literal["flash", "materialized"]
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 ElementwiseFusion = Literal["fused", "eager"]
 FlopsConvention = Literal["mbridge-25.11", "mbridge-26.06"]
+
+
+CUDA_GRAPH_SCOPE_PARTS = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
+"""TransformerEngine's per-layer capture parts as megatron-core's --cuda-graph-scope names them
+(cost/train/cuda_graphs.py prices what each leaves to the host); `none` and `full_iteration` name no part or every
+op."""
+
+
+def scope_parts(scope: str) -> frozenset[str]:
+    """The parts a CUDA graph scope names ('attn+moe_router+moe_preprocess'); ValueError naming the valid ones."""
+    if scope in ("none", "full_iteration"):
+        return frozenset()
+    parts = frozenset(p.strip() for p in scope.split("+"))
+    unknown = sorted(parts - set(CUDA_GRAPH_SCOPE_PARTS))
+    if unknown or not parts:
+        raise ValueError(f"unknown CUDA graph scope part {', '.join(unknown) or repr(scope)}: give none, "
+                         f"full_iteration, or parts joined with '+' of {', '.join(CUDA_GRAPH_SCOPE_PARTS)}")
+    return parts
+
+
+def _cuda_graph_scope(value: str) -> str:
+    scope_parts(value)  # raises naming the valid parts
+    return value
+
+
+CudaGraphScope = Annotated[str, AfterValidator(_cuda_graph_scope)]
 
 
 def stacks_dir() -> Path:
@@ -113,10 +139,12 @@ class Stack(BaseModel):
         True, part="train",
         doc="true (a GPU): the host runs ahead, its time is a floor on each layer's pass; false (a CPU runs "
             "both): it adds to compute")
-    cuda_graphs: bool = knob(
-        False, part="train", option=True,
-        doc="a dense layer replayed as a CUDA/HIP graph issues no ops (MoE layers sync with the host for token "
-            "counts: not captured)")
+    cuda_graph_scope: CudaGraphScope = knob(
+        "none", part="train", option=True,
+        doc="what CUDA/HIP graphs replay, so the host does not issue it op by op (`cost/train/cuda_graphs.py`): "
+            "none; full_iteration (the whole forward-backward, megatron-core --cuda-graph-impl full_iteration); or "
+            "TransformerEngine's per-layer parts joined with '+' (attn, mlp, moe, moe_router, moe_preprocess, as "
+            "--cuda-graph-scope names them)")
     microbatch_host_s: float = knob(
         0.0, part="train", fit="any", ge=0,
         doc="host time per micro-batch per pass on every pipeline rank (the schedule's step, the forward step and "

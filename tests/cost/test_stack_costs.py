@@ -37,8 +37,11 @@ def test_host_time_adds_on_a_cpu_and_is_a_floor_on_a_gpu() -> None:
     floor = chunk_cost(_scn(host_device_overlap=True, host_op_time_scale=100.0), 0, 64 * 9, 9)
     per_layer = 100.0 * a.dense_host_fwd_s
     assert none.fwd_compute_s < floor.fwd_compute_s <= layers * per_layer + none.fwd_compute_s
-    graphs = chunk_cost(_scn(host_device_overlap=False, cuda_graphs=True), 0, 64 * 9, 9)
+    graphs = chunk_cost(_scn(host_device_overlap=False, cuda_graph_scope="full_iteration"), 0, 64 * 9, 9)
     assert graphs.fwd_compute_s == pytest.approx(none.fwd_compute_s, rel=1e-9)  # a graph issues no ops
+    # TransformerEngine's attention graphs: the dense layer's host issues only its MLP block's ops (22 of 101)
+    attn = chunk_cost(_scn(host_device_overlap=False, cuda_graph_scope="attn"), 0, 64 * 9, 9)
+    assert attn.fwd_compute_s - none.fwd_compute_s == pytest.approx(layers * a.dense_host_fwd_s * 22 / 101, rel=1e-9)
 
 
 def test_compute_multiplier_scales_compute_not_host_time() -> None:

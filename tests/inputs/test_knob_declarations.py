@@ -36,7 +36,7 @@ WRITTEN_WEIGHT_UPDATE = ("memory_saver", "weight_update_fixed_s", "weight_update
 WRITTEN_RL_STEP = ("rl_step_host_s", "rl_sample_host_s", "rl_token_bytes", "rl_host_bytes_per_s",
                    "rl_advantage_token_s", "rl_weight_restore", "rl_weight_backup", "rl_comm_init_s",
                    "rl_log_probs_timer_has_ref")
-WRITTEN_KNOBS = ("attention_kernel", "host_device_overlap", "cuda_graphs", "pack_sequences", "memory_saver",
+WRITTEN_KNOBS = ("attention_kernel", "host_device_overlap", "cuda_graph_scope", "pack_sequences", "memory_saver",
                  "rollout_max_engines", "weight_update_gather_bytes", "weight_update_pipelined",
                  "fsdp_reshard_after_forward", "fp8_recipe", "elementwise_fusion", *WRITTEN_NUMERIC, *WRITTEN_RL_STEP)
 WRITTEN_PARTS = {
@@ -82,7 +82,7 @@ def test_every_knob_is_in_its_parts_key_and_fitted_knobs_are_bounded_numbers() -
 
 
 def test_stack_options_types_the_option_knobs_and_passes_others_through() -> None:
-    typed = {"torch_compile", "attention_kernel", "cuda_graphs", "fsdp_reshard_after_forward", "fp8_recipe",
+    typed = {"torch_compile", "attention_kernel", "cuda_graph_scope", "fsdp_reshard_after_forward", "fp8_recipe",
              "elementwise_fusion", "grad_reduce_in_bf16"}
     assert set(StackOptions.model_fields) == typed
     with pytest.raises(ValueError):

@@ -11,9 +11,10 @@ case file per table row whose GPU has a profile and whose model is in the catalo
 Rows are skipped (and counted) for GPUs without a profile (DGX-B300), models outside the catalogue (Nemotron), NVFP4
 (no FP4 training path in the cost model yet). Recompute and activation offloading are read from each release's
 performance recipe (RECOMPUTE_BY_RELEASE, ACTIVATION_OFFLOAD), the MoE dispatcher and the EP all-to-all overlap from
-moe-comm-by-release.csv (`moe_comm`). The shared cases (the shared validation set) are 11
-of these rows from the 25.11 container (their copies keep what their files state: no recompute); this set holds all
-releases so that a change to the cost model is judged on many runs, not tuned to a few. Nothing here is fitted to."""
+moe-comm-by-release.csv (`moe_comm`), the CUDA graphs from cuda-graphs-by-release.csv (`cuda_graph_scope`). The
+shared cases (the shared validation set) are 11 of these rows from the 25.11 container (their copies keep what
+their files state: no recompute); this set holds all releases so that a change to the cost model is judged on
+many runs, not tuned to a few. Nothing here is fitted to."""
 
 from __future__ import annotations
 
@@ -101,6 +102,9 @@ OFFLOAD_SOURCE = {"llama3-70b": "Megatron-Bridge scripts/performance/configs/lla
                   "llama3.1-405b": "Megatron-Bridge v0.1.0rc4 scripts/performance/configs/llama31/"
                   "llama31_405b_llm_pretrain.yaml, cpu_offloading_num_layers of perf_matrix.{hw_id}"}
 MOE_COMM_CSV = Path(__file__).resolve().parent / "moe-comm-by-release.csv"
+CUDA_GRAPHS_CSV = Path(__file__).resolve().parent / "cuda-graphs-by-release.csv"
+CUDA_GRAPHS_NOTE = ("CUDA graphs {scope} as the {container} release's performance recipe sets them "
+                    "(cuda-graphs-by-release.csv)")
 MOE_COMM_NOTE = ("MoE dispatch {dispatcher}{overlap} as the {container} release's performance recipe sets it "
                  "(moe-comm-by-release.csv)")
 RECOMPUTE_NOTE = ("recompute selective {modules} as the {container} release's performance recipe sets it "
@@ -165,6 +169,28 @@ def moe_comm(model_id: str, hw: str, precision_cell: str, container: str) -> tup
     return None
 
 
+@functools.cache
+def _cuda_graph_rows() -> tuple[dict[str, str], ...]:
+    lines = [line for line in CUDA_GRAPHS_CSV.read_text().splitlines() if line and not line.startswith("#")]
+    return tuple(csv.DictReader(lines))
+
+
+def cuda_graph_scope(key: tuple[str, ...]) -> str:
+    """stack_options.cuda_graph_scope of a row (cuda-graphs-by-release.csv, keyed by model, hardware, precision,
+    release, GPUs, layout, micro-batch): TransformerEngine's scope parts, full_iteration, or none. megatron-core's
+    local graphs of the whole layer (25.09's scope full) hold its attention and dense MLP blocks; an MoE block routed
+    without a capacity syncs with the host for its token counts, which no graph holds: it stays eager."""
+    for row in _cuda_graph_rows():
+        if tuple(row[c] for c in ("model", "hardware", "precision", "release", "gpus", "layout", "mbs")) == key:
+            impl, scope = row["cuda_graph_impl"], row["cuda_graph_scope"]
+            if impl == "none":
+                return "none"
+            if "full_iteration" in (impl, scope):
+                return "full_iteration"
+            return "attn+mlp" if scope in ("", "full") else scope
+    return "none"
+
+
 def case_for(container: str, page: str, system: str | None, model: str | None, row: dict) -> tuple[dict | None, str]:
     system = system or row.get("System", "")
     name = model or row.get("Model", "")
@@ -223,6 +249,13 @@ def case_for(container: str, page: str, system: str | None, model: str | None, r
         case["train"]["activation_offload_layers"] = offload
         case["notes"] += (f"; activations of {offload} layers offloaded to the host: "
                           + OFFLOAD_SOURCE[model_id].format(hw=hw.upper(), precision=precision_cell, hw_id=hw))
+    key = ("deepseek-v3 w/o mtp" if "w/o MTP" in variant else model_id, hw,
+           {"bf16": "bf16", "fp8_cs": "tensorwise", "fp8_mx": "mxfp8"}[RECIPE_PRECISION[precision_cell]], container,
+           str(gpus), f"tp{tp}pp{pp}ep{ep}", str(row["MBS"]))
+    graphs = cuda_graph_scope(key)
+    if graphs != "none":
+        case["stack_options"] = {"cuda_graph_scope": graphs}
+        case["notes"] += "; " + CUDA_GRAPHS_NOTE.format(scope=graphs, container=container)
     comm = moe_comm(model_id, hw, precision_cell, container) if ep > 1 else None
     if comm:
         dispatcher, overlap = comm
