@@ -247,7 +247,7 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         scale_out_latency_s=f.scale_out.latency_s.value,
         host_memory_bytes=f.host.memory_bytes.value,
         host_link_bytes_per_s=f.host.link_bandwidth_bytes_per_s.value,
-        host_op_time_factor=f.host.op_time_factor.value,
+        host_op_time_factor=f.host.op_time_factor.value if f.host.op_time_factor else 1.0,
         gemm={k: GemmCurve(v.max.value, v.half_flops.value) for k, v in e.gemm.items()},
         hbm_efficiency=e.hbm.value,
         collective_bus_efficiency_scale_up=e.collective_bus.scale_up.value,

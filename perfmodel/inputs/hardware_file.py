@@ -87,7 +87,7 @@ class ScaleOutFile(_Strict):
 class HostFile(_Strict):
     memory_bytes: Positive  # per node
     link_bandwidth_bytes_per_s: Positive  # per GPU, host <-> device, one direction
-    op_time_factor: Positive  # the host CPU's time to issue one framework op, over an x86 GPU server's
+    op_time_factor: Positive | None = None  # the host CPU's time to issue one op over an x86 server's; absent: 1
 
 
 class GemmCurveFile(_Strict):
