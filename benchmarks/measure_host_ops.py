@@ -3,7 +3,7 @@ for a dense layer and an MoE layer (alltoall token dispatcher), and time them on
 
 Each aten op is at least one kernel launch on a GPU, issued by the host; where the host cannot run ahead of the
 GPU (the MoE dispatcher copies token counts to the host every layer), the host's time per layer is a floor under
-the layer's time. Writes benchmarks/results/host-ops.json, which perfmodel/cost/host.py cites.
+the layer's time. Writes benchmarks/results/host-ops.json, which perfmodel/cost/train/moe.py cites.
 
 The local layer spec runs its experts one by one (no grouped GEMM on CPU); the per-expert ops are measured as the
 slope between 2 and 4 experts and removed, leaving a grouped-GEMM layer's count (one launch per grouped GEMM).
