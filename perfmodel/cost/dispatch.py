@@ -114,4 +114,18 @@ def dedup_all_to_all_s(hw: HardwareProfile, token_bytes: float, top_k: int, expe
     unit_rate = hw.ep_units * (hw.ep_combine_unit_bytes_per_s if combine else hw.ep_dispatch_unit_bytes_per_s)
     link_rate = scale_up_raw_bytes_per_s(hw, k) * hw.all_to_all_efficiency_scale_up
     intra = intra_bytes / min(unit_rate, link_rate) if k > 1 else 0.0
-    return (hw.ep_combine_floor_s if combine else hw.ep_dispatch_floor_s) + max(intra, inter)
+    return ep_call_floor_s(hw, combine) + max(intra, inter)
+
+
+def ep_call_floor_s(hw: HardwareProfile, combine: bool = False) -> float:
+    """A DeepEP normal-mode call's fixed time. A combine's is the profile's combine floor (its notify kernel and
+    launch). A dispatch's adds what the combine does not make, the host's round trip: after its notify kernel the
+    CPU busy-waits on the host-mapped receive counts, then allocates the receive tensors and launches the dispatch
+    kernel, the GPU idle meanwhile (deepseek-ai/DeepEP csrc/deep_ep.cpp Buffer::intranode_dispatch, "Synchronize
+    total received tokens and tokens per expert", commit 2df3680; Buffer::intranode_combine has no such wait).
+    That part, the dispatch floor less the combine floor (both fitted on x86 hosts), runs at the host CPU's pace
+    (`host_op_time_factor`: a Grace issues host work 2.75x slower)."""
+    if combine:
+        return hw.ep_combine_floor_s
+    host_s = max(0.0, hw.ep_dispatch_floor_s - hw.ep_combine_floor_s)
+    return hw.ep_combine_floor_s + host_s * hw.host_op_time_factor

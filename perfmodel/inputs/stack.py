@@ -157,6 +157,11 @@ class Stack(BaseModel):
         True, part="train",
         doc="RL training packs samples into micro-batches by tokens (Miles/slime dynamic batching) or pads every "
             "sample of a micro-batch to the rollout's longest (`sim/rl_step.py`)")
+    deterministic: bool = knob(
+        False, part="train", option=True,
+        doc="megatron-core --deterministic-mode (bit-exact training: torch deterministic algorithms, NCCL Ring, no "
+            "non-deterministic TransformerEngine kernels): each layer's compute x its measured cost "
+            "(`cost/train/determinism.py`: dense 1.04, MoE 1.17)")
     memory_saver: bool = knob(
         True, part="weight_update",
         doc="colocated runs park the trainer and release / resume the engines around the weight update "

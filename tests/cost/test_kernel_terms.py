@@ -25,7 +25,7 @@ from perfmodel.cost.compute import (
     overlapped_s,
     rows_hit_experts,
 )
-from perfmodel.cost.dispatch import Dispatch, _hit_probability, dispatch_s
+from perfmodel.cost.dispatch import Dispatch, _hit_probability, dispatch_s, ep_call_floor_s
 from perfmodel.inputs.hardware import load_hardware
 
 H100 = load_hardware("h100-sxm")
@@ -231,3 +231,17 @@ def test_a_flash_attention_forward_pays_its_time_per_query_row_and_head_and_its_
     assert fwd - base == pytest.approx(rows_heads * hw.attention_prefill_query_head_s)
     assert attention_time_s(hw, flops, nbytes, backward=True, query_heads=rows_heads) == \
         pytest.approx(attention_time_s(hw, flops, nbytes, backward=True))
+
+
+def test_a_deepep_dispatchs_host_round_trip_runs_at_the_host_cpus_pace() -> None:
+    # DeepEP's dispatch waits on the CPU for the receive counts, allocates and launches (csrc/deep_ep.cpp); its
+    # combine does not: on a Grace (2.75x an x86's host time) only the dispatch's share above the combine grows
+    g = GroupPlacement(8, 8)
+    d = Dispatch(64, 7168, 8, 256, 1.0, "deepep")
+    combine = dataclasses.replace(d, elem_bytes=2.0, combine=True)
+    grace = dataclasses.replace(H100, host_op_time_factor=2.75)
+    host = H100.ep_dispatch_floor_s - H100.ep_combine_floor_s
+    assert host > 0
+    assert dispatch_s(grace, d, g) - dispatch_s(H100, d, g) == pytest.approx(1.75 * host)
+    assert dispatch_s(grace, combine, g) == pytest.approx(dispatch_s(H100, combine, g))
+    assert ep_call_floor_s(H100) == pytest.approx(H100.ep_dispatch_floor_s)

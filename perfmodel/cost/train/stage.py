@@ -30,6 +30,7 @@ from perfmodel.cost.compute import hbm_rate
 from perfmodel.cost.memory.activations import offloaded_layer_bytes
 from perfmodel.cost.params import stage_params
 from perfmodel.cost.train.cuda_graphs import host_share
+from perfmodel.cost.train.determinism import deterministic_scale
 from perfmodel.cost.train.layers import (
     ACT_BYTES,
     Shard,
@@ -160,13 +161,17 @@ def _scaled(t: Times, st: Stack) -> Times:
 
 
 def _on_stack(scn: Scenario, raw: Times, moe_layer: bool, moe: MoEAssumptions) -> Times:
-    """A layer's kernel times as this stack runs them: compute x `train_compute_scale`, plus the host's time to
+    """A layer's kernel times as this stack runs them: compute x `train_compute_scale` (and under
+    `deterministic` x its measured cost, cost/train/determinism.py), plus the host's time to
     issue the layer's ops (op counts x per-op times measured for eager megatron-core, MoEAssumptions, x the
     stack's `host_op_time_scale`, x the host CPU's `host_op_time_factor`, for the share of the ops its CUDA graph
     scope leaves to the host, cost/train/cuda_graphs.py). A GPU's host runs ahead, so its time is a floor per pass;
     a CPU runs both on the same cores, so it adds."""
     st = scn.stack
     t = _scaled(raw, st)
+    if st.deterministic:
+        d = deterministic_scale(moe_layer)
+        t = t.scaled(d, d)
     scale = st.host_op_time_scale * scn.hardware.host_op_time_factor * host_share(st.cuda_graph_scope, moe_layer)
     host_fwd = (moe.layer_host_fwd_s if moe_layer else moe.dense_host_fwd_s) * scale
     host_bwd = (moe.layer_host_bwd_s if moe_layer else moe.dense_host_bwd_s) * scale
