@@ -54,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "GPUs, with each GPU's median beside)")
     add_rows_per_table(c)
     c.add_argument("--worst", type=int, default=3, metavar="K", help="the K worst rows of each lane (default 3)")
+    c.add_argument("--targets", action="store_true",
+                   help="also list each lane, GPU and regime whose median is outside issue 22's target band (bulk "
+                        "0.87-1.15, DeepEP 0.7-1.4; small 0.67-1.5)")
     c.add_argument("--format", choices=FORMATS, default="table", help="table (default), csv or json")
     c.set_defaults(func=run_check)
     s = ks.add_parser("show", help="one kernel's price on one hardware profile, term by term, in every lane")
@@ -107,7 +110,23 @@ def run_check(args: argparse.Namespace) -> int:
         write_rows([s.to_row() for s in result.stats()], "csv")
     else:
         _print_check(result, args.by_gpu, args.worst, len(rows), elapsed_s)
+        if args.targets:
+            _print_targets(result)
     return 0 if result.priced else 1
+
+
+def _print_targets(result: CheckResult) -> None:
+    """The lane cells (pooled and per GPU, bulk and small) outside issue 22's target bands."""
+    from perfmodel.kernels.check import target_band, target_misses
+
+    stats = [s for s in result.stats() if target_band(s.lane, s.regime) is not None]
+    misses = target_misses(stats)
+    for s in misses:
+        lo, hi = target_band(s.lane, s.regime)
+        print(f"outside its target: {s.lane} {s.regime} {s.hardware}: median {s.median:.2f} of {s.n:,} rows "
+              f"(target {lo}-{hi})")
+    print(f"{len(stats) - len(misses)} of {len(stats)} lane cells (pooled and per GPU, bulk and small) within their "
+          "target bands")
 
 
 def _calibrated_profiles(paths: list[str]) -> dict[str, HardwareProfile]:

@@ -16,6 +16,27 @@ from perfmodel.kernels.table import KernelRow, format_shape
 
 REGIMES = ("small", "large", "bulk")
 ALL = "all"  # the pooled GPU (or regime) of a summary row
+# Issue 22's targets for a lane's median predicted / measured, pooled over GPUs and GPU by GPU: 0.87-1.15 in bulk
+# (DeepEP's dispatch and combine 0.7-1.4), 0.67-1.5 for small kernels; none set for the large regime.
+TARGET_BANDS: dict[str, tuple[float, float]] = {"bulk": (0.87, 1.15), "small": (0.67, 1.5)}
+EP_BULK_BAND = (0.7, 1.4)
+
+
+def target_band(lane: str, regime_name: str) -> tuple[float, float] | None:
+    """The band issue 22 sets for a lane's median in a regime; None where it sets none."""
+    if regime_name == "bulk" and lane.startswith(("ep_dispatch", "ep_combine")):
+        return EP_BULK_BAND
+    return TARGET_BANDS.get(regime_name)
+
+
+def target_misses(stats: Iterable[LaneStats]) -> list[LaneStats]:
+    """The summary rows whose median falls outside their target band."""
+    out = []
+    for s in stats:
+        band = target_band(s.lane, s.regime)
+        if band is not None and not band[0] <= s.median <= band[1]:
+            out.append(s)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +93,9 @@ class CheckResult:
 
     def to_json(self, worst: int = 3) -> dict[str, object]:
         lanes = sorted({p.lane for p in self.priced})
-        return {"stats": [s.to_row() for s in self.stats()], "problems": self.problems, "skipped": self.skipped,
+        stats = self.stats()
+        return {"stats": [s.to_row() for s in stats], "problems": self.problems, "skipped": self.skipped,
+                "outside_targets": [s.to_row() for s in target_misses(stats)],
                 "worst": {lane: [{"hardware": p.row.hardware, "op": p.row.op, "dtype": p.row.dtype,
                                   "shape": format_shape(p.row.shape), "measured_us": p.row.latency_s * 1e6,
                                   "predicted_us": p.predicted_s * 1e6, "where": p.row.where or p.row.source}

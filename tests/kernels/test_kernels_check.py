@@ -140,6 +140,16 @@ def test_check_end_to_end_on_the_excerpt_and_the_amd_tables(capsys: pytest.Captu
     assert {"h200", "h100-sxm", "mi300x", "mi355x"} <= {s["hardware"] for s in out["stats"]}
     assert all(s["p10"] <= s["median"] <= s["p90"] for s in out["stats"])
     assert out["problems"] == []
+    outside = {(s["lane"], s["hardware"], s["regime"]) for s in out["outside_targets"]}
+    assert outside and all(r in {"bulk", "small"} for _, _, r in outside)
+    assert all(not 0.87 <= pooled[k]["median"] <= 1.15 for k in outside if k[2] == "bulk" and "ep_" not in k[0])
+
+
+def test_targets_lists_the_cells_outside_their_bands(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["kernels", "check", str(AMD), "--targets", "--worst", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "outside its target: grouped_gemm train bulk mi355x" in out
+    assert "lane cells (pooled and per GPU, bulk and small) within their target bands" in out
 
 
 def test_check_prints_a_table_and_exits_1_when_nothing_could_be_checked(tmp_path: Path,

@@ -1,0 +1,64 @@
+"""Issue 22's kernel targets as a guard: every lane's pooled median inside its band over aiconfigurator-core's
+measured tables, and on the NVIDIA GPUs only the cells the note names outside theirs (a change that moves another
+cell out fails here; one that brings a named cell in is told to drop it from the list)."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfmodel.kernels.aiconfigurator import default_tables_dir
+from perfmodel.kernels.check import ALL, LaneStats, check_rows, target_band, target_misses
+from perfmodel.kernels.load import load_tables
+
+NVIDIA = {"a100-80gb", "h100-sxm", "h200", "b200", "gb200", "gb300"}
+# (lane, GPU, regime) outside the band, each with why (the note on issue 22): none is fitted to its own GPU's rows.
+KNOWN_MISSES = {
+    # GB300 runs every GEMM and attention lane about 1.1x GB200 in its own tables, fp4 1.1x rather than the
+    # datasheet's 1.5x; no published GB300 clock or GEMM rate says so apart from those tables
+    ("attention_prefill train", "gb300", "bulk"),
+    ("gemm fp8 engine", "gb300", "bulk"),
+    ("gemm fp8_block engine", "gb300", "bulk"),
+    ("gemm fp4 engine", "gb300", "bulk"),
+    ("attention_prefill train", "gb200", "bulk"),  # 1.16: Blackwell's exponentials at GB200's clock, B200's fit
+    ("all_to_all nccl", "gb200", "bulk"),  # 0.85 over 16 rows
+    # A100 (Ampere) takes Hopper's fitted kernel terms, an assumption its rows reject: NCCL's small-message floor,
+    # its engines' attention kernels (0.66-0.96 apart by engine) and the engines' fused MoE run slower than Hopper's
+    ("all_gather nccl", "a100-80gb", "small"),
+    ("all_gather nccl", "a100-80gb", "bulk"),
+    ("all_reduce graph", "a100-80gb", "small"),
+    ("all_to_all nccl", "a100-80gb", "small"),
+    ("reduce_scatter nccl", "a100-80gb", "small"),
+    ("attention_decode engine", "a100-80gb", "bulk"),
+    ("attention_prefill engine", "a100-80gb", "bulk"),
+    ("attention_prefill train", "a100-80gb", "bulk"),
+    ("grouped_gemm engine", "a100-80gb", "bulk"),
+    ("grouped_gemm train", "a100-80gb", "bulk"),
+}
+
+
+def test_the_bands_are_the_issues() -> None:
+    assert target_band("gemm bf16 engine", "bulk") == (0.87, 1.15)
+    assert target_band("ep_dispatch normal", "bulk") == target_band("ep_combine normal", "bulk") == (0.7, 1.4)
+    assert target_band("ep_dispatch normal", "small") == (0.67, 1.5)
+    assert target_band("gemm fp8 engine", "large") is None
+    inside, outside = (LaneStats("gemm fp8 engine", ALL, "bulk", 10, m, 0.1, m, m) for m in (1.1, 1.2))
+    assert target_misses([inside, outside]) == [outside]
+
+
+@pytest.fixture(scope="module")
+def stats() -> list[LaneStats]:
+    root = default_tables_dir()
+    if root is None:
+        pytest.skip("aiconfigurator-core's tables are not installed (scripts/install-test-deps.sh installs them)")
+    rows, _ = load_tables([root], rows_per_table=3000)
+    return check_rows(rows).stats()
+
+
+def test_every_lane_is_inside_its_band_pooled_over_the_gpus(stats: list[LaneStats]) -> None:
+    assert [(s.lane, s.regime, round(s.median, 3)) for s in target_misses(stats) if s.hardware == ALL] == []
+
+
+def test_on_nvidia_only_the_named_cells_are_outside_their_bands(stats: list[LaneStats]) -> None:
+    misses = {(s.lane, s.hardware, s.regime) for s in target_misses(stats) if s.hardware in NVIDIA}
+    assert misses - KNOWN_MISSES == set(), "a cell moved out of its band"
+    assert KNOWN_MISSES - misses == set(), "a named cell is inside its band now: drop it from KNOWN_MISSES"
