@@ -119,14 +119,15 @@ def _print_targets(result: CheckResult) -> None:
     """The lane cells (pooled and per GPU, bulk and small) outside issue 22's target bands."""
     from perfmodel.kernels.check import target_band, target_misses
 
+    out = console()
     stats = [s for s in result.stats() if target_band(s.lane, s.regime) is not None]
     misses = target_misses(stats)
     for s in misses:
         lo, hi = target_band(s.lane, s.regime)
-        print(f"outside its target: {s.lane} {s.regime} {s.hardware}: median {s.median:.2f} of {s.n:,} rows "
-              f"(target {lo}-{hi})")
-    print(f"{len(stats) - len(misses)} of {len(stats)} lane cells (pooled and per GPU, bulk and small) within their "
-          "target bands")
+        out.print(f"outside its target: {s.lane} {s.regime} {s.hardware}: median {s.median:.2f} of {s.n:,} rows "
+                  f"(target {lo}-{hi})", markup=False, highlight=False, soft_wrap=True)
+    out.print(f"{len(stats) - len(misses)} of {len(stats)} lane cells (pooled and per GPU, bulk and small) within "
+              "their target bands", markup=False, highlight=False, soft_wrap=True)
 
 
 def _calibrated_profiles(paths: list[str]) -> dict[str, HardwareProfile]:
