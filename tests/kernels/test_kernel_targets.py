@@ -13,12 +13,11 @@ from perfmodel.kernels.load import load_tables
 NVIDIA = {"a100-80gb", "h100-sxm", "h200", "b200", "gb200", "gb300"}
 # (lane, GPU, regime) outside the band, each with why (the note on issue 22): none is fitted to its own GPU's rows.
 KNOWN_MISSES = {
-    # GB300 runs every GEMM and attention lane about 1.1x GB200 in its own tables, fp4 1.1x rather than the
-    # datasheet's 1.5x; no published GB300 clock or GEMM rate says so apart from those tables
+    # GB300 runs its GEMM and attention lanes about 1.1x GB200 in its own tables at the same datasheet peaks;
+    # Azure's one-harness FP8 GEMM (1.17x, on a newer CUDA) is not what the published GB300 runs show (hwprofiles)
     ("attention_prefill train", "gb300", "bulk"),
     ("gemm fp8 engine", "gb300", "bulk"),
     ("gemm fp8_block engine", "gb300", "bulk"),
-    ("gemm fp4 engine", "gb300", "bulk"),
     ("attention_prefill train", "gb200", "bulk"),  # 1.16: Blackwell's exponentials at GB200's clock, B200's fit
     ("all_to_all nccl", "gb200", "bulk"),  # 0.85 over 16 rows
     # A100 (Ampere) takes Hopper's fitted kernel terms, an assumption its rows reject: NCCL's small-message floor,
