@@ -280,6 +280,7 @@ def grouped_gemm_time_s(
     engine: bool = False,
     experts: float = 0.0,
     rel_efficiency: float = 1.0,
+    multi_stream: bool = False,
 ) -> float:
     """One grouped GEMM kernel over an MoE layer's local experts: `rows` expert rows in all over the `experts_hit`
     experts that received any (experts without rows cost nothing: no weight read, no tile), each
@@ -297,7 +298,9 @@ def grouped_gemm_time_s(
     `grouped_gemm_fixed_s` per kernel, plus `grouped_gemm_per_expert_s` per hit expert where experts run one GEMM
     each (a sequential loop: 0 for a fused grouped kernel). `engine`: the inference engine's fused MoE kernel, at
     `grouped_gemm_engine_rel_efficiency` (a kernel family of its own); `rel_efficiency` scales the compute rate
-    as in gemm_time_s."""
+    as in gemm_time_s. `multi_stream`: a training grouped GEMM run as one GEMM per expert spread over a few streams
+    (TransformerEngine's GroupedLinear module by default, the stack's `grouped_gemm_launch`), each hit expert's GEMM
+    adding `grouped_gemm_train_per_expert_s` to the one grouped launch."""
     if rows <= 0 or n <= 0 or k <= 0 or experts_hit <= 0:
         return 0.0
     _, padded_rows = grouped_tile_rows(hw, rows, experts_hit, engine, experts)
@@ -309,5 +312,6 @@ def grouped_gemm_time_s(
         nbytes = rows * (k + n) * q + experts_hit * k * n * out_bytes_per_element
     else:  # reads A [rows, k] and each hit expert's B [k, n], writes C [rows, n]
         nbytes = rows * k * q + experts_hit * k * n * q + rows * n * out_bytes_per_element
-    fixed = hw.grouped_gemm_fixed_s + experts_hit * hw.grouped_gemm_per_expert_s
+    per_expert = hw.grouped_gemm_per_expert_s + (hw.grouped_gemm_train_per_expert_s if multi_stream else 0.0)
+    fixed = hw.grouped_gemm_fixed_s + experts_hit * per_expert
     return fixed + overlapped_s(compute, nbytes / hbm_rate(hw), hw.grouped_gemm_overlap_norm)

@@ -79,6 +79,7 @@ class HardwareProfile:
     grouped_gemm_per_expert_s: float
     grouped_gemm_tile_rows: int  # the engine's fused MoE kernel
     grouped_gemm_train_tile_rows: int  # the training grouped GEMM
+    grouped_gemm_train_per_expert_s: float  # per hit expert of a training grouped GEMM launched one GEMM per expert
     grouped_gemm_overlap_norm: float  # p of the p-norm of compute and memory time; 0: their max
     ep_dispatch_floor_s: float
     ep_combine_floor_s: float
@@ -275,6 +276,8 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         grouped_gemm_per_expert_s=e.grouped_gemm.per_expert_s.value,
         grouped_gemm_tile_rows=int(e.grouped_gemm.tile_rows.value),
         grouped_gemm_train_tile_rows=int((e.grouped_gemm.train_tile_rows or e.grouped_gemm.tile_rows).value),
+        grouped_gemm_train_per_expert_s=(e.grouped_gemm.train_per_expert_s.value
+                                         if e.grouped_gemm.train_per_expert_s else 0.0),
         grouped_gemm_overlap_norm=e.grouped_gemm.overlap_norm.value if e.grouped_gemm.overlap_norm else 0.0,
         ep_dispatch_floor_s=e.ep_kernel.dispatch_floor_s.value,
         ep_combine_floor_s=e.ep_kernel.combine_floor_s.value,

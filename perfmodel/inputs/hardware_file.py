@@ -109,6 +109,9 @@ class GroupedGemmFile(_Strict):
     per_expert_s: NonNegative  # per expert that gets rows: a sequential per-expert loop's launch; 0 when fused
     tile_rows: Positive  # an expert's rows run in tiles of this many (padding): the engine's fused MoE kernel
     train_tile_rows: Positive | None = None  # the training grouped GEMM's row tile; default: tile_rows
+    # per expert that gets rows, in a training grouped GEMM run as one GEMM per expert on a few streams
+    # (TransformerEngine's multi-stream GroupedLinear; stack knob grouped_gemm_launch); absent: 0
+    train_per_expert_s: NonNegative | None = None
     overlap_norm: NonNegative | None = None  # compute and memory time combined as a p-norm; 0 or absent: their max
 
 

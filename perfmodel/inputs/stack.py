@@ -30,6 +30,7 @@ AttentionKernel = Literal["flash", "materialized"]
 Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 ElementwiseFusion = Literal["fused", "eager"]
 FlopsConvention = Literal["mbridge-25.11", "mbridge-26.06"]
+GroupedGemmLaunch = Literal["multi_stream", "single"]
 
 
 CUDA_GRAPH_SCOPE_PARTS = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
@@ -162,6 +163,12 @@ class Stack(BaseModel):
         doc="megatron-core --deterministic-mode (bit-exact training: torch deterministic algorithms, NCCL Ring, no "
             "non-deterministic TransformerEngine kernels): each layer's compute x its measured cost "
             "(`cost/train/determinism.py`: dense 1.04, MoE 1.17)")
+    grouped_gemm_launch: GroupedGemmLaunch = knob(
+        "multi_stream", part="train", option=True,
+        doc="how the training MoE's expert GEMMs launch: multi_stream (TransformerEngine's GroupedLinear module, one "
+            "GEMM per local expert over a few streams, each hit expert paying the profile's "
+            "`grouped_gemm.train_per_expert_s`) or single (one grouped kernel: TE's op fuser / fused grouped MLP, "
+            "torch._grouped_mm, Primus-Turbo's CK grouped GEMM)")
     memory_saver: bool = knob(
         True, part="weight_update",
         doc="colocated runs park the trainer and release / resume the engines around the weight update "

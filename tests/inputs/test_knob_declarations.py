@@ -83,7 +83,7 @@ def test_every_knob_is_in_its_parts_key_and_fitted_knobs_are_bounded_numbers() -
 
 def test_stack_options_types_the_option_knobs_and_passes_others_through() -> None:
     typed = {"torch_compile", "attention_kernel", "cuda_graph_scope", "fsdp_reshard_after_forward", "fp8_recipe",
-             "elementwise_fusion", "grad_reduce_in_bf16", "deterministic"}
+             "elementwise_fusion", "grad_reduce_in_bf16", "deterministic", "grouped_gemm_launch"}
     assert set(StackOptions.model_fields) == typed
     with pytest.raises(ValueError):
         StackOptions(fp8_recipe="fp4")

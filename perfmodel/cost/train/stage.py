@@ -102,7 +102,8 @@ def shard_of(scn: Scenario, tokens: float, seq_len: int) -> Shard:
     lay, t = scn.layout, scn.train
     return Shard(tokens, seq_len, lay.tp, lay.cp, lay.ep, lay.etp, t.sequence_parallel and lay.tp > 1, t.precision,
                  t.moe_dispatcher, scn.stack.attention_kernel,
-                 scn.stack.fp8_recipe, scn.stack.elementwise_fusion, scn.stack.flops_convention)
+                 scn.stack.fp8_recipe, scn.stack.elementwise_fusion, scn.stack.flops_convention,
+                 scn.stack.grouped_gemm_launch)
 
 
 def _places(scn: Scenario) -> dict[str, GroupPlacement]:
@@ -150,8 +151,13 @@ def _layer_times(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, Gr
 def _price_layer(scn: Scenario, layer: LayerSpec, s: Shard, places: dict[str, GroupPlacement],
                  imbalance: float) -> tuple[Times, float]:
     w = layer_work(scn.model, layer, s, imbalance)
-    return (time_work(scn.hardware, w, places, s.elementwise_fusion == "eager", s.fp8_recipe),
+    return (time_work(scn.hardware, w, places, s.elementwise_fusion == "eager", s.fp8_recipe, _multi_stream(s)),
             w.model_flops_fwd)
+
+
+def _multi_stream(s: Shard) -> bool:
+    """Whether the shard's MoE expert GEMMs run one GEMM per expert (the stack's `grouped_gemm_launch`)."""
+    return s.grouped_gemm_launch == "multi_stream"
 
 
 def _scaled(t: Times, st: Stack) -> Times:
@@ -227,16 +233,16 @@ def _chunk_cost(scn: Scenario, layers: tuple[LayerSpec, ...], first: bool, last:
 
     if first:
         w = embedding_work(m, s)
-        total.add(_scaled(time_work(hw, w, places, eager, s.fp8_recipe), scn.stack))
+        total.add(_scaled(time_work(hw, w, places, eager, s.fp8_recipe, _multi_stream(s)), scn.stack))
     for position, layer in enumerate(layers):
         add_layer(layer, position)
     if last:
         w = head_work(m, s)
-        total.add(_scaled(time_work(hw, w, places, eager, s.fp8_recipe), scn.stack))
+        total.add(_scaled(time_work(hw, w, places, eager, s.fp8_recipe, _multi_stream(s)), scn.stack))
         model_flops_fwd += w.model_flops_fwd
         for layer in m.mtp_layers:
             w = mtp_work(m, layer, s, imbalance(layer))
-            total.add(_scaled(time_work(hw, w, places, eager, s.fp8_recipe), scn.stack))
+            total.add(_scaled(time_work(hw, w, places, eager, s.fp8_recipe, _multi_stream(s)), scn.stack))
             model_flops_fwd += w.model_flops_fwd
     # the stack's host time per micro-batch through this chunk, each pass (schedule step, forward_step, loss, p2p
     # calls): paid on every pipeline rank, so pipeline parallelism does not divide it

@@ -76,24 +76,27 @@ def _kernel_time(hw: HardwareProfile, k: Kernel, backward: bool) -> float:
     return memory_bound_time_s(hw, nbytes, k.kernels)
 
 
-def _grouped_times(hw: HardwareProfile, g: Gemm, t: Times, rel: float) -> float:
+def _grouped_times(hw: HardwareProfile, g: Gemm, t: Times, rel: float, multi_stream: bool) -> float:
     """An MoE layer's grouped GEMM into `t`: forward, its input gradient (the same rows against the transposed
     weights) and its weight gradients, over the experts its rows reach (cost/compute.py grouped_gemm_time_s).
-    Returns the input-gradient time (what Megatron's async all-gather can hide under)."""
+    `multi_stream`: one GEMM per expert (cost/compute.py grouped_gemm_time_s). Returns the input-gradient time
+    (what Megatron's async all-gather can hide under)."""
     rows = g.m * g.batch  # routed over g.batch local experts, each row to one at random
     hit = rows_hit_experts(g.batch, rows)
-    t.fwd += grouped_gemm_time_s(hw, rows, hit, g.n, g.k, g.dtype, experts=g.batch, rel_efficiency=rel)
-    dgrad_s = grouped_gemm_time_s(hw, rows, hit, g.k, g.n, g.dtype, experts=g.batch, rel_efficiency=rel)
+    how = {"experts": g.batch, "rel_efficiency": rel, "multi_stream": multi_stream}
+    t.fwd += grouped_gemm_time_s(hw, rows, hit, g.n, g.k, g.dtype, **how)
+    dgrad_s = grouped_gemm_time_s(hw, rows, hit, g.k, g.n, g.dtype, **how)
     t.bwd_in += dgrad_s
     t.bwd_w += grouped_gemm_time_s(hw, rows, hit, g.n, g.k, g.dtype, wgrad=True,
-                                   out_bytes_per_element=WGRAD_OUT_BYTES, experts=g.batch, rel_efficiency=rel)
+                                   out_bytes_per_element=WGRAD_OUT_BYTES, **how)
     return dgrad_s
 
 
 def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement], eager: bool = False,
-              fp8_recipe: str = "delayed") -> Times:
+              fp8_recipe: str = "delayed", multi_stream: bool = False) -> Times:
     """Times of a work list; `eager`: its fused elementwise kernels run as chains of ATen ops (eager.py); its FP8
-    GEMMs at `fp8_recipe`'s kernel rate (train_fp8_gemm_rel)."""
+    GEMMs at `fp8_recipe`'s kernel rate (train_fp8_gemm_rel); `multi_stream`: its grouped GEMMs one GEMM per
+    expert (the stack's `grouped_gemm_launch`)."""
     t = Times()
     dgrad_s = 0.0
     fp8_rel = train_fp8_gemm_rel(hw, fp8_recipe)
@@ -106,7 +109,7 @@ def time_work(hw: HardwareProfile, w: Work, places: dict[str, GroupPlacement], e
         rel = fp8_rel if g.dtype == "fp8" else 1.0
         if g.grouped:
             before = t.fwd
-            dgrad_s += _grouped_times(hw, g, t, rel)
+            dgrad_s += _grouped_times(hw, g, t, rel, multi_stream)
             in_module(g.module, t.fwd - before)
             continue
         # FP8 casts are kernels of the Work (layers.py fp8_cast_work), not part of the GEMM's time; a materialized

@@ -64,6 +64,7 @@ class Shard:
     fp8_recipe: str = "delayed"  # how FP8 GEMM inputs are quantized (layers.py fp8_cast_work); unused in BF16
     elementwise_fusion: str = "fused"  # "fused" kernels or "eager" ATen chains (eager.py)
     flops_convention: str = "mbridge-25.11"  # how model FLOPs are counted (flops.py): not a cost, a reported figure
+    grouped_gemm_launch: str = "single"  # MoE expert GEMMs: one grouped kernel, or "multi_stream" (one per expert)
 
     @property
     def t_cp(self) -> float:

@@ -256,6 +256,10 @@ def case_for(container: str, page: str, system: str | None, model: str | None, r
     if graphs != "none":
         case["stack_options"] = {"cuda_graph_scope": graphs}
         case["notes"] += "; " + CUDA_GRAPHS_NOTE.format(scope=graphs, container=container)
+        if graphs == "full_iteration" and ep > 1:
+            # the full-iteration MXFP8 MoE recipes (26.06+) fuse the grouped MLP into one launch:
+            # cutedsl_fused_grouped_mlp=True beside cuda_graph_impl="full_iteration" in the workload configs
+            case["stack_options"]["grouped_gemm_launch"] = "single"
     comm = moe_comm(model_id, hw, precision_cell, container) if ep > 1 else None
     if comm:
         dispatcher, overlap = comm
