@@ -70,6 +70,14 @@ def sweep_rows(outcome: object, folder: Path) -> list[dict]:
     return read_candidates(path)
 
 
+def hardware_file_without(tmp_path: Path, hw_id: str, field: str) -> str:
+    """A copy of a shipped hardware profile with one optional field's line left out (a user's older file)."""
+    text = (REPO / "hwprofiles" / f"{hw_id}.yaml").read_text()
+    path = tmp_path / f"my-{hw_id}.yaml"
+    path.write_text("\n".join(line for line in text.splitlines() if f"{field}:" not in line) + "\n")
+    return str(path)
+
+
 def write_yaml(path: Path, data: dict) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -13,7 +13,7 @@ from perfmodel.cost.train.stage import chunk_cost
 from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import load_hardware
 from perfmodel.inputs.stack import resolve_stack
-from tests.conftest import REPO
+from tests.conftest import hardware_file_without
 from tests.cost.test_stack_costs import _scn
 
 
@@ -54,8 +54,4 @@ def test_an_unknown_scope_is_refused_naming_the_parts(scope: str) -> None:
 
 
 def test_a_hardware_file_without_the_factor_is_an_x86_host(tmp_path) -> None:
-    text = (REPO / "hwprofiles" / "gb200.yaml").read_text()
-    kept = "\n".join(line for line in text.splitlines() if "op_time_factor:" not in line)
-    path = tmp_path / "my-gb200.yaml"
-    path.write_text(kept + "\n")
-    assert load_hardware(str(path)).host_op_time_factor == 1.0
+    assert load_hardware(hardware_file_without(tmp_path, "gb200", "op_time_factor")).host_op_time_factor == 1.0

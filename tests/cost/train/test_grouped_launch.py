@@ -14,7 +14,7 @@ from perfmodel.cost.train.timing import time_work
 from perfmodel.cost.train.work import Gemm, Work
 from perfmodel.inputs.hardware import load_hardware
 from perfmodel.inputs.stack import StackOptions, resolve_stack
-from tests.conftest import REPO
+from tests.conftest import hardware_file_without
 
 H100 = load_hardware("h100-sxm")
 
@@ -55,9 +55,6 @@ def test_stacks_say_how_their_experts_launch() -> None:
 
 
 def test_a_hardware_file_without_it_has_none(tmp_path) -> None:
-    text = (REPO / "hwprofiles" / "h100-sxm.yaml").read_text()
-    kept = "\n".join(line for line in text.splitlines() if "train_per_expert_s:" not in line)
-    path = tmp_path / "my-h100.yaml"
-    path.write_text(kept + "\n")
-    assert load_hardware(str(path)).grouped_gemm_train_per_expert_s == 0.0
+    path = hardware_file_without(tmp_path, "h100-sxm", "train_per_expert_s")
+    assert load_hardware(path).grouped_gemm_train_per_expert_s == 0.0
     assert dataclasses.replace(H100, grouped_gemm_train_per_expert_s=0.0) != H100
