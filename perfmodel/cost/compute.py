@@ -18,20 +18,11 @@ from perfmodel.inputs.hardware import HardwareProfile
 # kernel_launch_latency 2.8 us (docs/reference/hardware.md 2e, S4 collective_args.py); the GEMM curves carry their own.
 KERNEL_OVERHEAD_S = 2.8e-6
 
-# Flash attention runs below a GEMM of the same FLOPs. Forward: FlashAttention-3 reaches "up to 740 TFLOPs/s
-# (75% utilization)" in BF16 on H100 (Shah et al. 2024, arXiv 2407.08608, abstract) where the best H100 BF16
-# GEMM reaches 80.3% (docs/reference/hardware.md 2a, MAMF 794.5/989): 0.75/0.80 = 0.93, rounded down to 0.9. Backward:
-# assumption 0.7 of the GEMM rate (flash backward recomputes the scores and runs five matmuls with more
-# synchronisation; FlashAttention-2, Dao 2023, arXiv 2307.08691 section 4, reports backward below forward
-# throughput). Both are calibration targets, not measurements of this hardware.
 # Training GEMM shapes run below the best shape a MAMF sweep finds (the profiles' `max`): SemiAnalysis measured
 # Llama-70B training shapes at 720 of the 794.5 TFLOP/s best shape on H100 BF16 (0.906), 1280 of 1402.6 in FP8
 # (0.913) and 620 of 668.4 on MI300X BF16 (0.928) (docs/reference/hardware.md 2a, S27 vs S2). Mean 0.916, rounded
 # to 0.91.
 PRODUCTION_SHAPE_FACTOR = 0.91
-
-ATTENTION_FWD_REL_EFFICIENCY = 0.9
-ATTENTION_BWD_REL_EFFICIENCY = 0.7
 
 
 def gemm_flops(m: float, n: float, k: float, batch: int = 1) -> float:
@@ -212,7 +203,7 @@ def attention_time_s(
     rows x heads; measured on forwards only, so a backward is priced without it)."""
     if flops <= 0 and nbytes <= 0:
         return 0.0
-    rel = ATTENTION_BWD_REL_EFFICIENCY if backward else ATTENTION_FWD_REL_EFFICIENCY
+    rel = hw.attention_bwd_rel_efficiency if backward else hw.attention_fwd_rel_efficiency
     rows = 0.0 if backward else query_heads * hw.attention_prefill_query_head_s
     compute = compute_time_s(hw, flops, dtype, rel) + softmax_exp_s(hw, scores)
     return hw.attention_prefill_floor_s + rows + max(compute, memory_bound_time_s(hw, nbytes))

@@ -19,6 +19,16 @@ from perfmodel.errors import InputError
 from perfmodel.inputs.hardware_file import HardwareFile, HardwareOptions, Num, Text
 from perfmodel.inputs.loading import did_you_mean, parse, read_mapping
 
+# Flash attention runs below a GEMM of the same FLOPs: its math rate relative to the BF16 GEMM curve's max, where a
+# profile states none (`efficiency.attention_rel_efficiency`). Forward: FlashAttention-3 reaches "up to 740 TFLOPs/s
+# (75% utilization)" in BF16 on H100 (Shah et al. 2024, arXiv 2407.08608, abstract) where the best H100 BF16
+# GEMM reaches 80.3% (docs/reference/hardware.md 2a, MAMF 794.5/989): 0.75/0.80 = 0.93, rounded down to 0.9. Backward:
+# assumption 0.7 of the GEMM rate (flash backward recomputes the scores and runs five matmuls with more
+# synchronisation; FlashAttention-2, Dao 2023, arXiv 2307.08691 section 4, reports backward below forward
+# throughput). Both are calibration targets, not measurements of this hardware.
+ATTENTION_FWD_REL_EFFICIENCY = 0.9
+ATTENTION_BWD_REL_EFFICIENCY = 0.7
+
 DTYPES = ("bf16", "fp8", "fp4")
 
 
@@ -92,6 +102,8 @@ class HardwareProfile:
     attention_decode_query_head_s: float
     attention_prefill_query_head_s: float
     attention_softmax_exp_per_s: float  # 0: the softmax's exponentials hide under the attention MMAs
+    attention_fwd_rel_efficiency: float  # the flash-attention forward's math rate vs the BF16 GEMM max
+    attention_bwd_rel_efficiency: float  # ... and its backward's
     engine_quant_fixed_s: float
     engine_gemm_fp8_rel_efficiency: float
     engine_gemm_fp8_block_rel_efficiency: float
@@ -291,6 +303,10 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         attention_prefill_query_head_s=e.attention_floor_s.prefill_query_head.value,
         attention_softmax_exp_per_s=(e.attention_softmax_exp_per_s.value if e.attention_softmax_exp_per_s
                                      else 0.0),
+        attention_fwd_rel_efficiency=(e.attention_rel_efficiency.forward.value if e.attention_rel_efficiency
+                                      else ATTENTION_FWD_REL_EFFICIENCY),
+        attention_bwd_rel_efficiency=(e.attention_rel_efficiency.backward.value if e.attention_rel_efficiency
+                                      else ATTENTION_BWD_REL_EFFICIENCY),
         engine_quant_fixed_s=e.engine_gemm.quant_fixed_s.value,
         engine_gemm_fp8_rel_efficiency=e.engine_gemm.rel_efficiency.fp8.value,
         engine_gemm_fp8_block_rel_efficiency=e.engine_gemm.rel_efficiency.fp8_block.value,

@@ -134,6 +134,14 @@ class AttentionFloorFile(_Strict):
     prefill_query_head: NonNegative  # a flash forward per query row and head (Q load, softmax bookkeeping, output)
 
 
+class AttentionRelFile(_Strict):
+    """A flash-attention kernel's math rate relative to the BF16 GEMM curve's max (cost/compute.py
+    attention_time_s): the kernel the GPU's engines and trainers run (FlashAttention-3 on Hopper, -2 on Ampere)."""
+
+    forward: Frac
+    backward: Frac
+
+
 class EngineGemmRelFile(_Strict):
     """An engine's low-precision GEMM rate relative to the dense curve's (no production-shape factor), per recipe."""
 
@@ -187,6 +195,9 @@ class EfficiencyFile(_Strict):
     # exponentials/s of the attention softmax where it runs between the two attention MMAs instead of under them
     # (cost/compute.py softmax_exp_s); absent: hidden under the MMAs, or inside the fitted attention terms
     attention_softmax_exp_per_s: NonNegative | None = None
+    # the flash-attention kernel's rate vs the BF16 GEMM max; absent: FlashAttention-3 on Hopper's (cost/compute.py
+    # ATTENTION_FWD_REL_EFFICIENCY / ATTENTION_BWD_REL_EFFICIENCY)
+    attention_rel_efficiency: AttentionRelFile | None = None
     engine_gemm: EngineGemmFile
     train_gemm: TrainGemmRelFile | None = None  # absent: every training FP8 recipe's GEMM at the fp8 curve
     optimizer_hbm: Frac

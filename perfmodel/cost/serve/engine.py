@@ -17,7 +17,6 @@ from typing import Literal
 
 from perfmodel.cost.comm import graph_all_reduce_s, placement_from_stride
 from perfmodel.cost.compute import (
-    ATTENTION_FWD_REL_EFFICIENCY,
     KERNEL_OVERHEAD_S,
     activation_quant_time_s,
     engine_gemm_rate,
@@ -203,7 +202,7 @@ def engine_recipe(precision: str) -> str:
 
 def engine_rates(hw: HardwareProfile, precision: str, scale: float = 1.0) -> EngineRates:
     return EngineRates(hbm_rate(hw) / scale, engine_gemm_rate(hw, engine_recipe(precision)) / scale,
-                       gemm_rate(hw, "bf16", None, shape_factor=False) * ATTENTION_FWD_REL_EFFICIENCY / scale)
+                       gemm_rate(hw, "bf16", None, shape_factor=False) * hw.attention_fwd_rel_efficiency / scale)
 
 
 def gqa_kv_entry(head_dim: int, kv_heads_per_gpu: float, heads_per_gpu: float, kv_dtype: str) -> tuple[float, float]:
