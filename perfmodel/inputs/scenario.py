@@ -115,7 +115,7 @@ def build_scenario(
 
 def _serve_scenario(run: ServeRun, hw: HardwareProfile, m: ModelSpec, stack: Stack, source: str) -> Scenario:
     """A serving benchmark: the engine alone (perfmodel/inputs/serve.py), no training layout to resolve."""
-    from perfmodel.inputs.serve import serve_field
+    from perfmodel.inputs.serve import VLLM_ROCM_ATTENTION_NOTE, serve_field
 
     try:
         _check_rl_gpus(run, m, source)
@@ -125,6 +125,8 @@ def _serve_scenario(run: ServeRun, hw: HardwareProfile, m: ModelSpec, stack: Sta
     if m.max_position_embeddings and s.input_tokens + s.output_tokens > m.max_position_embeddings:
         raise _fail(source, "serve.input_tokens", f"input + output = {s.input_tokens + s.output_tokens} tokens is "
                     f"longer than the model's context ({m.max_position_embeddings})")
+    if stack.id.partition("@")[0] == "vllm" and hw.vendor == "amd":
+        stack = stack.model_copy(update={"notes": (*stack.notes, VLLM_ROCM_ATTENTION_NOTE)})
     return Scenario(hw, m, run, 1, 1, (), "serving: no training", 0, "1f1b", stack)
 
 

@@ -30,6 +30,13 @@ SERVE_ENGINES = ("sglang", "vllm")
 the engine's own knobs. An unknown release of one falls back to its profile with a note (perfmodel/inputs/stack.py);
 an unknown engine is the file's error, not a silent SGLang-like default."""
 
+VLLM_ROCM_ATTENTION_NOTE = (
+    "vLLM on ROCm without VLLM_ROCM_USE_AITER=1 runs Triton's unified attention (the 0.15.1 default), priced here "
+    "as a flash kernel; its per-(query block, KV head) programs are slower than that at long context (llm-d's MI355X "
+    "Llama-3.3-70B runs: TTFT 1.8x the priced at 16k inputs, 2.0x at 32k, 3.1x at 64k; TPOT 2.0x at 16k), so "
+    "long-context TTFT and TPOT here are optimistic (studies/validation/serving/README.md, the attention kernel)")
+"""Said with every vLLM prediction on AMD: a known cost the engine model does not price (docs/serving.md)."""
+
 
 class ServeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -82,3 +82,13 @@ def test_an_unknown_engine_release_falls_back_to_the_engine_with_a_note(tmp_path
     assert out["stack"] == "sglang" and any("9.9.9" in n for n in out["stack_notes"])
     assert main(["simulate", str(p)]) == 0
     assert "note: release '9.9.9' of sglang" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("stack", "hardware", "said"), [
+    ("vllm@0.15.1", "mi355x", True), ("vllm@0.15.1", "h200", False), ("sglang@0.5.7", "mi355x", False)])
+def test_vllm_on_amd_says_its_attention_kernel_is_not_priced(tmp_path, capsys, stack, hardware, said):
+    p, data = _bare_run(tmp_path)
+    p.write_text(yaml.safe_dump({**data, "stack": stack, "hardware": hardware}))
+    assert main(["simulate", str(p), "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["stack_notes"]
+    assert any("Triton's unified attention" in n for n in notes) is said
