@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from perfmodel.errors import InputError
-from perfmodel.inputs.hardware_file import HardwareFile, HardwareOptions, Num, Text
+from perfmodel.inputs.hardware_file import EfficiencyFile, HardwareFile, HardwareOptions, Num, Text
 from perfmodel.inputs.loading import did_you_mean, parse, read_mapping
 
 # Flash attention runs below a GEMM of the same FLOPs: its math rate relative to the BF16 GEMM curve's max, where a
@@ -232,6 +232,21 @@ def _collect_sources(node: Any, prefix: str, out: dict[str, str]) -> None:
             _collect_sources(v, f"{prefix}.{k}", out)
 
 
+def _attention_fields(e: EfficiencyFile) -> dict[str, float]:
+    """The attention kernels' terms of a profile's efficiency section (optional ones at their defaults)."""
+    rel = e.attention_rel_efficiency
+    return {
+        "attention_decode_floor_s": e.attention_floor_s.decode.value,
+        "attention_prefill_floor_s": e.attention_floor_s.prefill.value,
+        "attention_decode_kv_head_s": e.attention_floor_s.decode_kv_head.value,
+        "attention_decode_query_head_s": e.attention_floor_s.decode_query_head.value,
+        "attention_prefill_query_head_s": e.attention_floor_s.prefill_query_head.value,
+        "attention_softmax_exp_per_s": e.attention_softmax_exp_per_s.value if e.attention_softmax_exp_per_s else 0.0,
+        "attention_fwd_rel_efficiency": rel.forward.value if rel else ATTENTION_FWD_REL_EFFICIENCY,
+        "attention_bwd_rel_efficiency": rel.backward.value if rel else ATTENTION_BWD_REL_EFFICIENCY,
+    }
+
+
 def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
     e = f.efficiency
     peaks = {"bf16": f.peak_tflops.bf16.value * 1e12}
@@ -296,17 +311,7 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         ep_dispatch_unit_bytes_per_s=e.ep_kernel.dispatch_unit_bytes_per_s.value,
         ep_combine_unit_bytes_per_s=e.ep_kernel.combine_unit_bytes_per_s.value,
         ep_units=int(e.ep_kernel.units.value),
-        attention_decode_floor_s=e.attention_floor_s.decode.value,
-        attention_prefill_floor_s=e.attention_floor_s.prefill.value,
-        attention_decode_kv_head_s=e.attention_floor_s.decode_kv_head.value,
-        attention_decode_query_head_s=e.attention_floor_s.decode_query_head.value,
-        attention_prefill_query_head_s=e.attention_floor_s.prefill_query_head.value,
-        attention_softmax_exp_per_s=(e.attention_softmax_exp_per_s.value if e.attention_softmax_exp_per_s
-                                     else 0.0),
-        attention_fwd_rel_efficiency=(e.attention_rel_efficiency.forward.value if e.attention_rel_efficiency
-                                      else ATTENTION_FWD_REL_EFFICIENCY),
-        attention_bwd_rel_efficiency=(e.attention_rel_efficiency.backward.value if e.attention_rel_efficiency
-                                      else ATTENTION_BWD_REL_EFFICIENCY),
+        **_attention_fields(e),
         engine_quant_fixed_s=e.engine_gemm.quant_fixed_s.value,
         engine_gemm_fp8_rel_efficiency=e.engine_gemm.rel_efficiency.fp8.value,
         engine_gemm_fp8_block_rel_efficiency=e.engine_gemm.rel_efficiency.fp8_block.value,
