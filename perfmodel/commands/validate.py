@@ -78,9 +78,13 @@ def run(args: argparse.Namespace) -> int:
     for f in report.failed:
         out.print(f"[yellow]not predicted[/]: {escape(str(f['id']))}: {escape(str(f['reason']))}", soft_wrap=True,
                   markup=True)
+    by_note: dict[str, list[str]] = {}  # one line per note, naming the cases it concerns
     for cid, st in report.stacks.items():
         for note in st["notes"]:
-            out.print(f"note: {cid}: {note}", soft_wrap=True)
+            by_note.setdefault(note, []).append(cid)
+    for note, cids in by_note.items():
+        where = cids[0] if len(cids) == 1 else f"{len(cids)} cases ({', '.join(cids)})"
+        out.print(f"note: {where}: {note}", soft_wrap=True)
     s = report.summary
     line = (f"{s['cases']} cases, {s['failed_cases']} not predicted; scored metrics n={s['n']}, "
             f"mean |error| {_fmt_pct(s['mean_abs_rel_error'])}, max |error| {_fmt_pct(s['max_abs_rel_error'])}")

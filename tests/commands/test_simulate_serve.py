@@ -92,3 +92,11 @@ def test_vllm_on_amd_says_its_attention_kernel_is_not_priced(tmp_path, capsys, s
     assert main(["simulate", str(p), "--json"]) == 0
     notes = json.loads(capsys.readouterr().out)["stack_notes"]
     assert any("Triton's unified attention" in n for n in notes) is said
+
+
+def test_validate_says_a_note_once_for_the_cases_it_concerns(capsys):
+    cases = sorted((REPO / "studies/validation/serving/cases").glob("serve-mi355x-llama3.3-70b-vllm-tp8-4k4k-*.yaml"))
+    assert len(cases) == 3
+    assert main(["validate", *map(str, cases)]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and notes[0].startswith("note: 3 cases (") and "Triton's unified attention" in notes[0]
