@@ -195,7 +195,7 @@ class EfficiencyFile(_Strict):
     # exponentials/s of the attention softmax where it runs between the two attention MMAs instead of under them
     # (cost/compute.py softmax_exp_s); absent: hidden under the MMAs, or inside the fitted attention terms
     attention_softmax_exp_per_s: NonNegative | None = None
-    # the flash-attention kernel's rate vs the BF16 GEMM max; absent: FlashAttention-3 on Hopper's (cost/compute.py
+    # the flash-attention kernel's rate vs the BF16 GEMM max; absent: FlashAttention-3 on Hopper's (inputs/hardware.py
     # ATTENTION_FWD_REL_EFFICIENCY / ATTENTION_BWD_REL_EFFICIENCY)
     attention_rel_efficiency: AttentionRelFile | None = None
     engine_gemm: EngineGemmFile
