@@ -51,6 +51,7 @@ def _print_serve(path: str, run_file: ServeRun, s: Scenario) -> None:
     """A serving benchmark: its engines, what the KV pool holds and the client."""
     from perfmodel.cost.serve.engine import EngineCost, engine_geometry
     from perfmodel.inputs.job import engine_layout
+    from perfmodel.sim.serving import serve_params
 
     v, g, cost = run_file.serve, engine_geometry(s), EngineCost(s)
     longest = v.input_tokens + v.output_tokens
@@ -60,6 +61,7 @@ def _print_serve(path: str, run_file: ServeRun, s: Scenario) -> None:
           f"({engine_layout(v.tp, v.ep, v.dp, v.dp_attention)}), {v.precision} weights, KV {cost.kv_dtype}")
     print(f"  KV pool           {cost.kv_pool_bytes / 2**30:,.1f} GiB per GPU: {fits:,} requests of {longest:,} tokens "
           f"per scheduler (running cap {cost.max_running:,})")
+    print(f"  prefill           {serve_params(s).chunked_prefill_tokens:,} prompt tokens per forward")
     print(f"  client            {v.requests} requests, {v.concurrency} in flight, input {v.input_tokens} / output "
           f"{v.output_tokens} tokens" + (f" (range ratio {v.range_ratio})" if v.range_ratio < 1 else ""))
 

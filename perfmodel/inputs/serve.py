@@ -51,6 +51,9 @@ class ServeSpec(BaseModel):
     mem_fraction_static: float = Field(SGLANG_SERVING_MEM_FRACTION, gt=0.0, lt=1.0)
     max_running_requests: int | None = Field(None, ge=1, description="the engine's cap (default: the engine's own)")
     max_total_tokens: int | None = Field(None, ge=1)
+    chunked_prefill_tokens: int | None = Field(
+        None, ge=1, description="prompt tokens per prefill forward (SGLang --chunked-prefill-size, vLLM "
+        "--max-num-batched-tokens); default 8,192, both engines' default on large-memory GPUs")
     concurrency: int = Field(..., ge=1, description="requests the client keeps in flight (--max-concurrency)")
     requests: int = Field(..., ge=1, description="requests in the benchmark (--num-prompts)")
     input_tokens: int = Field(..., ge=1, description="input length (the top of the range with range_ratio < 1)")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodel.cost.serve.engine import EngineCost, engine_geometry, rollout_params_for
+from perfmodel.cost.serve.engine import EngineCost, RolloutParams, engine_geometry, rollout_params_for
 from perfmodel.errors import InputError
 from perfmodel.inputs.job import engine_layout
 from perfmodel.inputs.scenario import Scenario
@@ -81,9 +81,18 @@ class ServeResult:
         }
 
 
-def simulate_serving(scn: Scenario, seed: int = 0) -> ServeResult:
+def serve_params(scn: Scenario) -> RolloutParams:
+    """A serving benchmark's engine parameters: the stack's, the client's concurrency, and the engine's prefill chunk
+    where the case states it."""
     serve = scn.run.serve
     params = dataclasses.replace(rollout_params_for(scn), client_concurrency=serve.concurrency)
+    if serve.chunked_prefill_tokens:
+        params = dataclasses.replace(params, chunked_prefill_tokens=serve.chunked_prefill_tokens)
+    return params
+
+
+def simulate_serving(scn: Scenario, seed: int = 0) -> ServeResult:
+    params = serve_params(scn)
     try:
         sim = run_requests(scn, seed, params)
     except InputError as err:  # named by the engine section's RL field: the serve case's

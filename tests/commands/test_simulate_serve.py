@@ -100,3 +100,27 @@ def test_validate_says_a_note_once_for_the_cases_it_concerns(capsys):
     assert main(["validate", *map(str, cases)]) == 0
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
     assert len(notes) == 1 and notes[0].startswith("note: 3 cases (") and "Triton's unified attention" in notes[0]
+
+
+def test_a_larger_prefill_chunk_delays_the_first_tokens_of_a_burst(tmp_path, capsys):
+    p, data = _bare_run(tmp_path)
+    burst = {k: v for k, v in data["serve"].items() if k != "chunked_prefill_tokens"} | {"concurrency": 32,
+                                                                                         "requests": 64}
+    ttft = {}
+    for chunk in (None, 32768):
+        serve = burst if chunk is None else {**burst, "chunked_prefill_tokens": chunk}
+        p.write_text(yaml.safe_dump({**data, "serve": serve}))
+        assert main(["simulate", str(p), "--json"]) == 0
+        ttft[chunk] = json.loads(capsys.readouterr().out)["metrics"]["ttft_mean_ms"]
+    # 32 prompts of about 0.9k tokens: 8,192-token chunks let the first prompts out after the first chunk
+    assert ttft[32768] > 1.05 * ttft[None]
+    assert main(["check", str(p)]) == 0
+    assert "32,768 prompt tokens per forward" in capsys.readouterr().out
+
+
+def test_a_prefill_chunk_below_one_token_is_refused_in_one_line(tmp_path, capsys):
+    p, data = _bare_run(tmp_path)
+    p.write_text(yaml.safe_dump({**data, "serve": {**data["serve"], "chunked_prefill_tokens": 0}}))
+    assert main(["simulate", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "serve.chunked_prefill_tokens" in err and str(p) in err
