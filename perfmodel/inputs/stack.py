@@ -188,6 +188,12 @@ class Stack(BaseModel):
             "device")
     rollout_prefill_host_s: float = knob(
         5.0e-3, part="rollout", fit="rl", ge=0, doc="host time per prefill batch not hidden by the device")
+    rollout_sampler_reserve: bool = knob(
+        False, part="rollout",
+        doc="the engine sizes its KV pool after a profile run and holds its sampler's peak out of it (vLLM's "
+            "determine_available_memory: max_num_seqs x vocab logits, sorted for top-k / top-p; "
+            "`cost/memory/rollout.py` engine_reserved_bytes); false: the static fraction holds weights and KV only "
+            "(SGLang's mem_fraction_static)")
     rollout_max_engines: int = knob(
         0, part="rollout", also_reads=("weight_update",), ge=0,  # the update reads the engines' geometry
         doc="caps the engines serving the run (local-cpu: 1, one SGLang engine on a CPU); 0: as many as the GPUs "

@@ -31,7 +31,9 @@ class RolloutMemory:
 
     weights_bytes: float
     kv_pool_bytes: float
-    reserved_bytes: float  # HBM x (1 - mem_fraction_static): activations, CUDA/HIP graphs, NCCL, left by SGLang
+    # HBM x (1 - mem_fraction_static): activations, CUDA/HIP graphs, NCCL, left by SGLang; plus, inside the fraction,
+    # what vLLM holds out of its pool for its profile run (engine_reserved_bytes)
+    reserved_bytes: float
     kv_bytes_per_token: float  # per GPU, all layers, growing with context
     kv_bytes_per_request_fixed: float  # per GPU and running request, independent of its length (DSV4 SWA + state)
     kv_capacity_tokens: int  # tokens the pool holds, ignoring the per-request fixed part
@@ -164,12 +166,33 @@ def rollout_weights_bytes(model: ModelSpec, precision: str, tp: int, ep: int, at
 
 
 # What an engine GPU's memory reads of the scenario (the key derived from it: perfmodel/inputs/keys.py).
-ROLLOUT_MEMORY_READS = Reads("rollout_memory_key", run=("rl.rollout", "rl.rollout_gpus"))
+ROLLOUT_MEMORY_READS = Reads("rollout_memory_key", run=("rl.rollout", "rl.rollout_gpus"),
+                             stack_knobs=("rollout_sampler_reserve",))
 
 
 def memoized_rollout_memory(scn: Scenario, memo: Memo) -> RolloutMemory:
     """`rollout_memory(scn)`, reused through the caller's memo by what it reads."""
     return memo.get("rollout_memory", scenario_key(scn, ROLLOUT_MEMORY_READS, memo), lambda: rollout_memory(scn))
+
+
+# vLLM sizes its KV pool as gpu_memory_utilization x total memory less weights and the peak of a profile run
+# (v1/worker/gpu_worker.py determine_available_memory, 0.15.1). Its sampler runs there over max_num_seqs x vocab
+# logits with top-k and top-p set (gpu_model_runner.py _dummy_sampler_run), through the sort path that is the default
+# (v1/sample/ops/topk_topp_sampler.py: FlashInfer's sampler is opt-in): per logit the model's BF16 output, its FP32
+# copy (v1/sample/sampler.py), the sorted values, their int64 indices and the softmax probabilities live at once.
+VLLM_SAMPLER_BYTES_PER_LOGIT = BF16 + FP32 + FP32 + 8 + FP32
+VLLM_DEFAULT_MAX_NUM_SEQS = 1024  # engine/arg_utils.py 0.15.1: GPUs of 70 GiB or more, LLM class and API server
+
+
+def engine_reserved_bytes(scn: Scenario) -> float:
+    """Bytes of one engine GPU inside the engine's static fraction that hold neither weights nor KV: the profile
+    run's sampler peak where the stack's engine sizes its pool that way (`rollout_sampler_reserve`, vLLM); every TP
+    rank samples the whole vocabulary. The forward's own peak at max_num_batched_tokens (MLP or fused-MoE
+    intermediates) is smaller for the shipped engines and not priced. 0 for SGLang."""
+    if scn.run.rl is None or not scn.stack.rollout_sampler_reserve:
+        return 0.0
+    seqs = scn.run.rl.rollout.max_running_requests or VLLM_DEFAULT_MAX_NUM_SEQS
+    return seqs * scn.model.vocab_size * VLLM_SAMPLER_BYTES_PER_LOGIT
 
 
 def rollout_memory(scn: Scenario, include_mtp: bool = False) -> RolloutMemory:
@@ -186,11 +209,12 @@ def rollout_memory(scn: Scenario, include_mtp: bool = False) -> RolloutMemory:
     per_token = kv_bytes_per_token(m, kv_dtype, attn_tp, include_mtp)
     fixed = kv_bytes_per_request_fixed(m, kv_dtype, attn_tp, include_mtp)
     static = hw.hbm_bytes * ro.mem_fraction_static
-    pool = max(0.0, static - weights)
+    held = engine_reserved_bytes(scn)
+    pool = max(0.0, static - weights - held)
     if ro.max_total_tokens is not None and per_token > 0:
         pool = min(pool, ro.max_total_tokens * per_token)
     capacity_tokens = int(pool // per_token) if per_token > 0 else 0
-    reserved = hw.hbm_bytes - static
+    reserved = hw.hbm_bytes - static + held
     total = weights + pool + reserved
     return RolloutMemory(
         weights_bytes=weights,
@@ -201,6 +225,6 @@ def rollout_memory(scn: Scenario, include_mtp: bool = False) -> RolloutMemory:
         kv_capacity_tokens=capacity_tokens,
         total_bytes=total,
         capacity_bytes=hw.hbm_bytes,
-        fits=weights < static and pool > 0,
+        fits=weights + held < static and pool > 0,
     )
 

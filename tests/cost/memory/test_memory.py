@@ -16,6 +16,7 @@ import yaml
 
 from perfmodel.cost.memory.activations import inflight_per_stage, layer_activation_bytes, tokens_per_microbatch
 from perfmodel.cost.memory.rollout import (
+    engine_reserved_bytes,
     kv_bytes_per_request_fixed,
     kv_bytes_per_token,
     rollout_memory,
@@ -23,12 +24,15 @@ from perfmodel.cost.memory.rollout import (
 )
 from perfmodel.cost.memory.training import GB, MemoryBreakdown, all_ranks, training_memory
 from perfmodel.cost.params import attention_params_local, ffn_params_local, params_on_rank
+from perfmodel.cost.serve.engine import EngineCost
 from perfmodel.inputs.case import ValidationCase
 from perfmodel.inputs.model import load_model
 from perfmodel.inputs.scenario import build_scenario
 from tests.conftest import REPO
 
 CASES = REPO / "studies" / "validation" / "cases"
+# The memory an MI355X reports (287.98 GiB: hwprofiles/mi355x.yaml hbm_bytes, docs/hardware-sources.md S50)
+MI355X_BYTES = 309_220_868_096
 
 
 def _scenario(d: dict):
@@ -258,11 +262,11 @@ def _seed(seq_len: int = 4608, gpus: int | None = None, **train):
 
 
 @pytest.mark.parametrize("seq_len", [4608, 16384])
-def test_seed_layout_fits_in_288_gb(seq_len):
+def test_seed_layout_fits_in_an_mi355x(seq_len):
     scn = _seed(seq_len)
     worst = training_memory(scn)
     assert worst.fits, worst.summary()
-    assert worst.capacity_bytes == 288e9
+    assert worst.capacity_bytes == MI355X_BYTES
     assert worst.host_fits  # the offloaded Adam state fits the 3 TB / 8 GPUs of host memory
     assert worst.optimizer_bytes == 0 and worst.optimizer_host_bytes > 200e9
     # every rank fits; the worst is the one returned
@@ -271,7 +275,7 @@ def test_seed_layout_fits_in_288_gb(seq_len):
     assert worst.total_bytes == max(r.total_bytes for r in ranks)
     # total is the sum of its parts
     assert worst.total_bytes == pytest.approx(sum(worst.components().values()))
-    assert worst.headroom_bytes == pytest.approx(288e9 - worst.total_bytes)
+    assert worst.headroom_bytes == pytest.approx(MI355X_BYTES - worst.total_bytes)
 
 
 def test_seed_token_budget():
@@ -337,7 +341,7 @@ def test_grad_reduce_in_bf16_halves_the_grad_buffer():
 def test_margin_default_and_override():
     scn = _seed()
     b = training_memory(scn, 0)
-    assert b.margin_bytes == pytest.approx(0.05 * 288e9 + 2 * 1024**3)
+    assert b.margin_bytes == pytest.approx(0.05 * MI355X_BYTES + 2 * 1024**3)
     assert training_memory(scn, 0, margin_bytes=0).total_bytes == pytest.approx(b.total_bytes - b.margin_bytes)
 
 
@@ -546,11 +550,31 @@ def test_rollout_pool_from_mem_fraction_and_dp_attention():
     d = _dsv4_seed_dict()
     d["rl"]["rollout"].update(max_total_tokens=None, kv_cache_dtype="fp8")
     r = rollout_memory(_scenario(d))
-    assert r.kv_pool_bytes == pytest.approx(288e9 * 0.7 - r.weights_bytes)
+    assert r.kv_pool_bytes == pytest.approx(MI355X_BYTES * 0.7 - r.weights_bytes)
     assert r.kv_capacity_tokens == int(r.kv_pool_bytes // r.kv_bytes_per_token)
     d["rl"]["rollout"].update(dp=8, dp_attention=True, ep=8)
     dpa = rollout_memory(_scenario(d))
     assert dpa.weights_bytes > r.weights_bytes  # attention replicated on each attention-DP rank
+
+
+def test_a_vllm_engine_holds_its_samplers_peak_out_of_the_pool():
+    """vLLM's profile run samples max_num_seqs x vocab logits (BF16 out, FP32 copy, sorted values, int64 indices,
+    probabilities: 22 bytes each) and sizes the pool after it; SGLang's static fraction holds weights and KV only."""
+    d = _dsv4_seed_dict()
+    d["rl"]["rollout"].update(max_total_tokens=None, kv_cache_dtype="fp8", max_running_requests=512)
+    sglang = rollout_memory(_scenario(d))
+    assert engine_reserved_bytes(_scenario(d)) == 0.0
+    d["stack"] = "nemo-rl"
+    scn = _scenario(d)
+    held = engine_reserved_bytes(scn)
+    assert held == 512 * scn.model.vocab_size * 22
+    vllm = rollout_memory(scn)
+    assert vllm.kv_pool_bytes == pytest.approx(sglang.kv_pool_bytes - held)
+    assert vllm.reserved_bytes == pytest.approx(sglang.reserved_bytes + held)
+    assert vllm.total_bytes == pytest.approx(sglang.total_bytes)  # the same memory, held elsewhere
+    assert EngineCost(scn).kv_pool_bytes == pytest.approx(vllm.kv_pool_bytes)  # the simulated engine's pool too
+    del d["rl"]["rollout"]["max_running_requests"]
+    assert engine_reserved_bytes(_scenario(d)) == 1024 * scn.model.vocab_size * 22  # vLLM's default max_num_seqs
 
 
 def test_rollout_does_not_fit_when_weights_exceed_static_fraction():
