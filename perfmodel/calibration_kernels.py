@@ -42,6 +42,7 @@ OP_PARAMS: dict[str, tuple[str, ...]] = {
     "ep_combine": ("ep_combine_floor_s", "ep_combine_unit_bytes_per_s"),
     "attention_decode": ("hbm_efficiency", "attention_decode_kv_head_s", "attention_decode_query_head_s"),
     "attention_prefill": ("attention_prefill_query_head_s",),
+    "attention_backward": ("attention_bwd_rel_efficiency",),
 }
 
 

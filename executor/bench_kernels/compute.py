@@ -134,6 +134,23 @@ def _attention_setup(batch: int, q_len: int, kv_len: int, heads: int, kv_heads: 
     return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
+def _backward_setup(batch: int, seq: int, heads: int, kv_heads: int, head_dim: int, device: str, gqa: bool) -> Call:
+    """The causal prefill's backward alone: one forward kept, each call the gradients of Q, K and V from it (as a
+    training step runs the core's backward after its forward)."""
+    import torch
+    import torch.nn.functional as F
+
+    q = _randn(batch, heads, seq, head_dim, device=device).requires_grad_()
+    k, v = (_randn(batch, kv_heads, seq, head_dim, device=device).requires_grad_() for _ in range(2))
+    if gqa:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    else:  # older torch: K/V repeated per query head inside the graph, their gradients summed back
+        out = F.scaled_dot_product_attention(q, *(t.repeat_interleave(heads // kv_heads, dim=1) for t in (k, v)),
+                                             is_causal=True)
+    grad = torch.randn_like(out)
+    return lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
+
+
 def attention_cases(grid: Grid, device: str, ops: tuple[str, ...]) -> Iterator[Case]:
     gqa = sdpa_has_gqa()
     if "attention_prefill" in ops:
@@ -141,6 +158,11 @@ def attention_cases(grid: Grid, device: str, ops: tuple[str, ...]) -> Iterator[C
             yield Case("attention_prefill", shape_of("attention_prefill", (b, s, h, kv, d)), "bf16",
                        lambda b=b, s=s, h=h, kv=kv, d=d: _attention_setup(b, s, s, h, kv, d, device, gqa),
                        input_bytes=2 * b * d * s * (h + 2 * kv))
+    if "attention_backward" in ops:  # the prefill grid's shapes: Q, K, V, O, dO read, dQ, dK, dV written
+        for b, s, h, kv, d in grid.prefill:
+            yield Case("attention_backward", shape_of("attention_backward", (b, s, h, kv, d)), "bf16",
+                       lambda b=b, s=s, h=h, kv=kv, d=d: _backward_setup(b, s, h, kv, d, device, gqa),
+                       input_bytes=2 * b * d * s * (3 * h + 4 * kv))
     if "attention_decode" in ops:
         for b, n, h, kv, d in grid.decode:
             yield Case("attention_decode", shape_of("attention_decode", (b, n, h, kv, d)), "bf16",

@@ -13,10 +13,10 @@ from perfmodel.errors import InputError
 # perfmodel.inputs (pydantic, the profiles) is imported inside the checks: `executor --help` reads this module
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-COMPUTE = ("gemm", "attention_prefill", "attention_decode", "grouped_gemm")
+COMPUTE = ("gemm", "attention_prefill", "attention_backward", "attention_decode", "grouped_gemm")
 MEASURED = COMPUTE + COLLECTIVES  # the order a run goes through them
 # --ops also takes a family name for all of its ops
-FAMILIES: dict[str, tuple[str, ...]] = {"attention": ("attention_prefill", "attention_decode"),
+FAMILIES: dict[str, tuple[str, ...]] = {"attention": ("attention_prefill", "attention_backward", "attention_decode"),
                                         "collectives": COLLECTIVES}
 
 Prefill = tuple[int, int, int, int, int]  # batch seq heads kv_heads head_dim (docs/kernels.md key order)

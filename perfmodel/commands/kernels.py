@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from perfmodel.errors import InputError
 from perfmodel.kernels.load import DEFAULT_ROWS_PER_TABLE
+from perfmodel.kernels.table import OPS
 from perfmodel.report.console import FORMATS, console, new_table, write_rows
 
 if TYPE_CHECKING:
@@ -60,8 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--format", choices=FORMATS, default="table", help="table (default), csv or json")
     c.set_defaults(func=run_check)
     s = ks.add_parser("show", help="one kernel's price on one hardware profile, term by term, in every lane")
-    s.add_argument("op", help="gemm, grouped_gemm, attention_prefill, attention_decode, all_reduce, all_gather, "
-                   "reduce_scatter, all_to_all, ep_dispatch, ep_combine")
+    s.add_argument("op", help=", ".join(OPS))
     s.add_argument("shape", help="key=value pairs as in a table's shape column, e.g. 'm=128 n=7168 k=2048'")
     s.add_argument("--hardware", required=True, metavar="ID")
     s.add_argument("--dtype", default="bf16")

@@ -157,6 +157,7 @@ class HardwareProfile:
         "attention_decode_kv_head_s",
         "attention_decode_query_head_s",
         "attention_prefill_query_head_s",
+        "attention_bwd_rel_efficiency",
         "engine_quant_fixed_s",
         "engine_gemm_fp8_rel_efficiency",
         "engine_gemm_fp8_block_rel_efficiency",

@@ -29,7 +29,7 @@ from perfmodel.cost.compute import (
 from perfmodel.cost.dispatch import Dispatch, dispatch_s
 from perfmodel.cost.serve.engine import KERNEL_FLOOR_S, engine_rates, expert_layer_s, expert_rows, gqa_kv_entry
 from perfmodel.cost.train.attention import flash_core
-from perfmodel.cost.train.work import ACT_BYTES
+from perfmodel.cost.train.work import ACT_BYTES, ATTN_BWD_FACTOR
 from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.kernels.table import KernelRow
 
@@ -61,17 +61,32 @@ def _gemm_engine(r: KernelRow, hw: HardwareProfile) -> float:
                               quantize=r.variant != "engine-kernel")
 
 
-def _prefill_train(r: KernelRow, hw: HardwareProfile) -> float:
-    """The training GQA core (cost/train/attention.py flash_core): a fresh sequence, no cached prefix."""
+def _flash_core(r: KernelRow) -> tuple[float, float]:
+    """(FLOPs, bytes) of the training GQA core's forward (cost/train/attention.py flash_core): fresh sequences."""
     b, seq, d = r.get("batch"), r.get("seq"), r.get("head_dim")
-    flops, nbytes = flash_core(float(b * seq), float(b * seq), seq, r.get("heads"), r.get("kv_heads"), d, d,
-                               r.get("window"))
+    return flash_core(float(b * seq), float(b * seq), seq, r.get("heads"), r.get("kv_heads"), d, d, r.get("window"))
+
+
+def _prefill_train(r: KernelRow, hw: HardwareProfile) -> float:
+    """The training GQA core's forward, no cached prefix."""
+    flops, nbytes = _flash_core(r)
     return attention_time_s(hw, flops, nbytes, "bf16", query_heads=_attention_fixed(r, hw)[0], scores=_scores(r))
+
+
+def _backward_train(r: KernelRow, hw: HardwareProfile) -> float:
+    """The training core's backward (cost/train/work.py Builder.attn, timed by cost/train/timing.py): the forward's
+    FLOPs and bytes x ATTN_BWD_FACTOR at the profile's backward attention efficiency, the softmax's exponentials
+    recomputed once, no per-query-row time (measured on forwards only)."""
+    flops, nbytes = _flash_core(r)
+    return attention_time_s(hw, ATTN_BWD_FACTOR * flops, ATTN_BWD_FACTOR * nbytes, "bf16", backward=True,
+                            scores=_scores(r))
 
 
 def _attention_fixed(r: KernelRow, hw: HardwareProfile) -> tuple[float, float, float, float]:
     """An attention row's fixed times beside its (query, key) pairs: (query rows x heads, time per query row and
     head, requests x KV heads' time (decode only), the kernel floor): what its price adds and `explain` lists."""
+    if r.op == "attention_backward":  # a backward pays no per-query-row time (cost/compute.py attention_time_s)
+        return (r.get("batch") * r.get("seq") * r.get("heads"), 0.0, 0.0, hw.attention_prefill_floor_s)
     if r.op == "attention_prefill":
         return (r.get("batch") * r.get("seq") * r.get("heads"), hw.attention_prefill_query_head_s, 0.0,
                 hw.attention_prefill_floor_s)
@@ -91,7 +106,8 @@ def _keys(r: KernelRow, before: int, new: int) -> float:
 
 def _scores(r: KernelRow) -> float:
     """A prefill row's softmax scores: its causal (query, key) pairs x query heads, one exponential each."""
-    return r.get("batch") * _keys(r, r.get("cached"), r.get("seq")) * r.get("heads")
+    cached = r.get("cached") if r.op == "attention_prefill" else 0
+    return r.get("batch") * _keys(r, cached, r.get("seq")) * r.get("heads")
 
 
 def _prefill_engine(r: KernelRow, hw: HardwareProfile) -> float:
@@ -187,6 +203,7 @@ LANES: tuple[Lane, ...] = (
     Lane("attention_prefill train", "attention_prefill", ("", "engine"), _prefill_train,
          lambda r: r.get("cached") == 0),
     Lane("attention_prefill engine", "attention_prefill", ("", "engine"), _prefill_engine),
+    Lane("attention_backward train", "attention_backward", ("",), _backward_train),
     Lane("attention_decode engine", "attention_decode", ("", "engine"), _decode_engine),
     Lane("grouped_gemm train", "grouped_gemm", ("", "engine"), _moe_train),
     Lane("grouped_gemm engine", "grouped_gemm", ("engine",), _moe_engine),  # a training kernel's rows: not the engine's
@@ -228,6 +245,7 @@ def regime(row: KernelRow) -> str:
         m, n, k = row.get("m"), row.get("n"), row.get("k")
         return "small" if m < 256 else "bulk" if m >= 2048 and min(n, k) >= 1024 else "large"
     tokens = {"attention_prefill": lambda: row.get("batch") * row.get("seq"),
+              "attention_backward": lambda: row.get("batch") * row.get("seq"),
               "attention_decode": lambda: row.get("batch"),
               }.get(op, lambda: row.get("tokens"))()
     return "small" if tokens < 256 else "bulk" if tokens >= 2048 else "large"
@@ -253,7 +271,7 @@ def explain(lane: Lane, row: KernelRow, hw: HardwareProfile) -> list[Term]:
                  ("per-call latency floor", floor * 1e6, "us"),
                  ("bytes moved / bus bandwidth", (total - floor) * 1e6, "us"),
                  ("bus bandwidth (nccl-tests busbw)", _busbw_gbs(row, total), "GB/s")]
-    elif row.op in ("attention_prefill", "attention_decode"):
+    elif row.op in ("attention_prefill", "attention_decode", "attention_backward"):
         terms = _attention_terms(row, hw, total)
     elif row.op == "grouped_gemm":
         terms = _grouped_terms(row, hw, engine=lane.name.endswith("engine"))
@@ -281,7 +299,7 @@ def _grouped_terms(row: KernelRow, hw: HardwareProfile, engine: bool) -> list[Te
 
 
 def _attention_terms(row: KernelRow, hw: HardwareProfile, total: float) -> list[Term]:
-    prefill = row.op == "attention_prefill"
+    prefill = row.op in ("attention_prefill", "attention_backward")  # a causal pass over fresh tokens
     queries, per, kv, floor = _attention_fixed(row, hw)
     softmax = softmax_exp_s(hw, _scores(row)) if prefill else 0.0
     return [("attention kernel floor", floor * 1e6, "us"),

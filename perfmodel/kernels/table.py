@@ -24,6 +24,7 @@ OPS: dict[str, tuple[tuple[str, ...], dict[str, int]]] = {
     "grouped_gemm": (("tokens", "hidden", "inter", "experts", "topk"), {"ep": 1, "tp": 1, "random_routing": 0}),
     "attention_prefill": (("batch", "seq", "heads", "kv_heads", "head_dim"), {"cached": 0, "window": 0}),
     "attention_decode": (("batch", "kv_len", "heads", "kv_heads", "head_dim"), {"window": 0}),
+    "attention_backward": (("batch", "seq", "heads", "kv_heads", "head_dim"), {"window": 0}),
     "all_reduce": (("bytes",), {"nodes": 1}),
     "all_gather": (("bytes",), {"nodes": 1}),
     "reduce_scatter": (("bytes",), {"nodes": 1}),
@@ -33,7 +34,8 @@ OPS: dict[str, tuple[tuple[str, ...], dict[str, int]]] = {
 }
 # the file each op's rows go to in a folder of tables (executor bench-kernels, executor launch --profile)
 FILE_OF: dict[str, str] = {"gemm": "gemm.csv", "grouped_gemm": "grouped_gemm.csv",
-                           **{op: "attention.csv" for op in ("attention_prefill", "attention_decode")},
+                           **dict.fromkeys(("attention_prefill", "attention_decode", "attention_backward"),
+                                           "attention.csv"),
                            **{op: "collectives.csv" for op in ("all_reduce", "all_gather", "reduce_scatter",
                                                                "all_to_all", "ep_dispatch", "ep_combine")}}
 DTYPES = ("fp32", "bf16", "fp16", "fp8", "fp8_block", "mxfp8", "fp4")

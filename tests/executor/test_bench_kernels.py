@@ -94,6 +94,22 @@ def _stop_after(count: int, seen: list[KernelRow]):
     return on_row
 
 
+def test_attention_backward_is_measured_on_the_prefill_shapes_and_priced(tmp_path, capsys):
+    """The backward of each prefill shape, alone (one kept forward): rows kernels check prices in the training
+    core's backward lane."""
+    from perfmodel.kernels.check import check_rows
+
+    result = runner.run_bench(_tiny_config(tmp_path, ("attention_prefill", "attention_backward")))
+    assert not result.interrupted
+    rows = _read_all(tmp_path)
+    fwd = {tuple(r.shape.values())[:5]: r for r in rows if r.op == "attention_prefill"}
+    bwd = {tuple(r.shape.values()): r for r in rows if r.op == "attention_backward"}
+    assert set(bwd) == set(fwd) == set(GRIDS["tiny"].prefill)
+    assert all(bwd[k].latency_s > fwd[k].latency_s for k in bwd)  # dQ, dK, dV: more work than the forward
+    checked = check_rows([r for r in rows if r.op == "attention_backward"])
+    assert {p.lane for p in checked.priced} == {"attention_backward train"} and not checked.skipped
+
+
 def test_interrupt_keeps_the_rows_measured(tmp_path, capsys):
     seen: list[KernelRow] = []
     result = runner.run_bench(_tiny_config(tmp_path, ("gemm", "attention_prefill")), on_row=_stop_after(3, seen))
@@ -136,7 +152,7 @@ def test_interrupt_during_collectives_stops_the_ranks(tmp_path):
 
 def test_ops_take_families_and_keep_run_order():
     assert parse_ops("collectives,gemm") == ("gemm", *COLLECTIVES)
-    assert parse_ops("attention") == ("attention_prefill", "attention_decode")
+    assert parse_ops("attention") == ("attention_prefill", "attention_backward", "attention_decode")
     assert parse_ops(None) == MEASURED
 
 

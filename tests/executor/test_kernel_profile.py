@@ -35,10 +35,12 @@ def _profile():
     x = torch.randn(48, 32, requires_grad=True)  # fp32: 48 tokens, 32 in, 96 out
     w = torch.randn(96, 32, requires_grad=True)
     q, kv = torch.randn(2, 4, 8, 16, dtype=torch.bfloat16), torch.randn(2, 2, 12, 16, dtype=torch.bfloat16)
+    tq, tkv = (torch.randn(1, h, 16, 16, dtype=torch.bfloat16, requires_grad=True) for h in (4, 2))
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         for _ in range(3):
             F.linear(x, w).sum().backward()
         F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+        F.scaled_dot_product_attention(tq, tkv, tkv, is_causal=True, enable_gqa=True).sum().backward()  # training
         torch.relu(x)  # not a kernel the tables hold
     return prof
 
@@ -54,9 +56,14 @@ def test_a_traced_step_becomes_one_row_per_kernel_shape():
     assert set(gemms) == {(48, 96, 32), (48, 32, 96), (96, 32, 48)}
     assert all(r.dtype == "fp32" and r.repetitions == 3 and r.latency_s > 0 and r.spread >= 0
                for r in gemms.values())
-    (attention,) = (r for r in rows if r.op != "gemm")
-    assert attention.op == "attention_prefill" and attention.dtype == "bf16" and attention.repetitions == 1
-    assert dict(attention.shape) == {"batch": 2, "seq": 8, "heads": 4, "kv_heads": 2, "head_dim": 16, "cached": 4}
+    attention = {(r.op, r.get("seq")): r for r in rows if r.op != "gemm"}
+    assert set(attention) == {("attention_prefill", 8), ("attention_prefill", 16), ("attention_backward", 16)}
+    assert all(r.dtype == "bf16" and r.repetitions == 1 for r in attention.values())
+    assert dict(attention["attention_prefill", 8].shape) == {"batch": 2, "seq": 8, "heads": 4, "kv_heads": 2,
+                                                            "head_dim": 16, "cached": 4}
+    # the backward's q and k follow its grad_out: the same shape as its forward's, no cached prefix
+    assert dict(attention["attention_backward", 16].shape) == {"batch": 1, "seq": 16, "heads": 4, "kv_heads": 2,
+                                                              "head_dim": 16}
     assert {r.hardware for r in rows} == {"cpu-local"} and {r.world_size for r in rows} == {1}
 
 
@@ -75,7 +82,7 @@ def test_a_cpu_steps_raw_events_give_the_same_rows():
 def test_the_tables_are_what_kernels_check_reads(tmp_path):
     rows = kernel_rows(_trace(), "cpu-local", "test trace")
     written = write_kernel_tables(rows, tmp_path / "rank0", "recorded by a test")
-    assert written == {"attention.csv": 1, "gemm.csv": 3}
+    assert written == {"attention.csv": 3, "gemm.csv": 3}
     for name in written:
         read, problems = read_table(tmp_path / "rank0" / name)
         assert problems == [] and len(read) == written[name]

@@ -43,6 +43,23 @@ def test_the_fit_recovers_the_parameters_the_rows_were_made_with() -> None:
     assert cal.fit["residual_rms_log_after"] < 0.01 < cal.fit["residual_rms_log_before"]
 
 
+def test_attention_backward_rows_fit_the_backward_efficiency_and_nothing_else() -> None:
+    """A microbenchmark's (or a profiled run's) attention backward rows move the profile's backward attention
+    efficiency, bounded at 1, and leave the forward's alone."""
+    hw = load_hardware("mi355x")
+    truth = hw.with_params({"attention_bwd_rel_efficiency": 0.5})
+    rows = []
+    for b, s in ((1, 2048), (1, 8192), (8, 4096)):
+        row = KernelRow("attention_backward", {"batch": b, "seq": s, "heads": 32, "kv_heads": 8, "head_dim": 128},
+                        "bf16", "test", 1, 1.0, "mi355x", "synthetic")
+        rows.append(dataclasses.replace(row, latency_s=lanes_for(row)[0].price(row, truth)))
+    assert default_kernel_params(hw, rows) == ["attention_bwd_rel_efficiency"]
+    cal = fit_kernel_calibration(rows, hw)
+    assert cal.hardware_params["attention_bwd_rel_efficiency"] == pytest.approx(0.5, rel=0.03)
+    fitted = hw.with_params(cal.hardware_params)
+    assert fitted.attention_fwd_rel_efficiency == hw.attention_fwd_rel_efficiency
+
+
 def test_rows_of_another_gpu_are_not_fitted_and_no_row_is_one_line() -> None:
     with pytest.raises(Exception, match="no table row of h200"):
         fit_kernel_calibration(_rows("h100-sxm"), load_hardware("h200"))

@@ -50,6 +50,32 @@ def test_a_gemm_row_is_priced_by_the_training_gemm_function() -> None:
     assert terms["price"] == pytest.approx(fixed + max(terms["compute time"], terms["memory time"]))
 
 
+def test_an_attention_backward_row_is_priced_as_a_training_step_times_its_core_backward() -> None:
+    """The lane is the step's own backward: the training core attention's Kernel (Builder.attn over flash_core)
+    timed backward by cost/train/timing.py, at the profile's backward efficiency: FLOPs x 2.5 over the forward's."""
+    from perfmodel.cost.train.attention import flash_core
+    from perfmodel.cost.train.timing import _kernel_time
+    from perfmodel.cost.train.work import ATTN_BWD_FACTOR, Builder
+
+    hw = load_hardware("mi355x")
+    b, s, h, kv, d = 8, 8192, 64, 8, 128
+    row = _row("attention_backward", {"batch": b, "seq": s, "heads": h, "kv_heads": kv, "head_dim": d}, hw="mi355x")
+    (lane,) = lanes_for(row)
+    assert lane.name == "attention_backward train" and regime(row) == "bulk"
+    builder = Builder()
+    flops, nbytes = flash_core(b * s, b * s, s, h, kv, d, d)
+    builder.attn("core_attention", flops, nbytes, scores=b * s * (s + 1) / 2 * h)
+    (core,) = builder.build().kernels
+    assert lane.price(row, hw) == pytest.approx(_kernel_time(hw, core, backward=True))
+    # compute-bound at this size: the backward's time over the forward's is its FLOPs' over their efficiencies'
+    fwd = _kernel_time(hw, core, backward=False)
+    ratio = ATTN_BWD_FACTOR * hw.attention_fwd_rel_efficiency / hw.attention_bwd_rel_efficiency
+    assert lane.price(row, hw) / fwd == pytest.approx(ratio, rel=0.05)
+    terms = dict((t, v) for t, v, _ in explain(lane, row, hw))
+    assert terms["time per query row and head"] == 0.0  # measured on forwards only: a backward pays none
+    assert terms["price"] == pytest.approx(lane.price(row, hw) * 1e6)
+
+
 def test_a_collective_row_is_priced_by_the_step_collective_and_explained() -> None:
     hw = load_hardware("h100-sxm")
     row = _row("all_reduce", {"bytes": 2**26}, world=8)
@@ -77,6 +103,8 @@ def test_every_lane_prices_a_row_of_its_op_positive() -> None:
                                     "cached": 0, "window": 0},
               "attention_decode": {"batch": 64, "kv_len": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
                                    "window": 0},
+              "attention_backward": {"batch": 2, "seq": 2048, "heads": 32, "kv_heads": 8, "head_dim": 128,
+                                     "window": 0},
               "ep_dispatch": {"tokens": 128, "hidden": 7168, "topk": 8, "experts": 256, "nodes": 1, "units": 0},
               "ep_combine": {"tokens": 128, "hidden": 7168, "topk": 8, "experts": 256, "nodes": 1, "units": 0}}
     for lane in LANES:

@@ -6,10 +6,10 @@ update) under torch.profiler, their GEMMs and attention kernels written as kerne
 Every trainer rank profiles the step and writes `RUN_DIR/kernels/rank<r>/{gemm,attention}.csv`: one row per (op,
 shape, dtype) the step ran, its latency the median over the calls (`repetitions`), `spread` their P10-P90. Recorded:
 the GEMMs (aten::mm, addmm, _scaled_mm: forward and backward alike, each at its own m, n, k) and the fused attention
-forward (scaled_dot_product_attention's kernels). Not recorded: collectives (a profiler event does not name the
-process group it ran on, so its size is unknown; `executor bench-kernels` measures them at known sizes) and the
-rollout (the SGLang engine's kernels run in its own processes). The profiled step runs slower than the others: the
-run records its number (`profiled_steps`) and `executor export` leaves it out.
+forward and backward (scaled_dot_product_attention's kernels and their `_backward`s). Not recorded: collectives (a
+profiler event does not name the process group it ran on, so its size is unknown; `executor bench-kernels` measures
+them at known sizes) and the rollout (the SGLang engine's kernels run in its own processes). The profiled step runs
+slower than the others: the run records its number (`profiled_steps`) and `executor export` leaves it out.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ _GEMMS = {"aten::mm": 0, "aten::addmm": 1, "aten::_scaled_mm": 0}
 # (not their inner kernels' ops, which take q as [b, s, h, d] and would count the kernel twice)
 _ATTENTION = ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention",
               "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention")
+# their backwards: (grad_out, q, k, v, out, ...), so q and k one place further on
+_ATTENTION_BACKWARD = tuple(f"{name}_backward" for name in _ATTENTION)
 
 Key = tuple[str, tuple[tuple[str, int], ...], str]
 
@@ -52,16 +54,17 @@ def _gemm(event: Any) -> tuple[dict[str, int], str] | None:
     return {"m": m, "n": n, "k": k}, dtype
 
 
-def _attention(event: Any) -> tuple[dict[str, int], str] | None:
+def _attention(event: Any, at: int = 0) -> tuple[dict[str, int], str] | None:
+    """A forward's shape (q at input `at`, k after it); a backward's (`at` 1, after grad_out) has no cached prefix."""
     shapes, dtypes = event.input_shapes, event.input_dtypes
-    if len(shapes) < 2 or len(shapes[0]) != 4 or len(shapes[1]) != 4:
+    if len(shapes) < at + 2 or len(shapes[at]) != 4 or len(shapes[at + 1]) != 4:
         return None
-    (batch, heads, seq, head_dim), (_, kv_heads, kv_len, _) = shapes[0], shapes[1]
-    dtype = _DTYPES.get(dtypes[0])
+    (batch, heads, seq, head_dim), (_, kv_heads, kv_len, _) = shapes[at], shapes[at + 1]
+    dtype = _DTYPES.get(dtypes[at])
     if dtype is None or min(batch, heads, seq, head_dim, kv_heads) < 1:
         return None
-    return {"batch": batch, "seq": seq, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
-            "cached": max(0, kv_len - seq)}, dtype
+    shape = {"batch": batch, "seq": seq, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim}
+    return (shape | {"cached": max(0, kv_len - seq)} if at == 0 else shape), dtype
 
 
 class RawCpuEvent:
@@ -79,7 +82,7 @@ class RawCpuEvent:
 
 def raw_cpu_events(profiler: Any) -> list[RawCpuEvent]:
     """The GEMM and attention ops of a finished torch.profiler run on a CPU, read from its raw results."""
-    wanted = {*_GEMMS, *_ATTENTION}
+    wanted = {*_GEMMS, *_ATTENTION, *_ATTENTION_BACKWARD}
     return [RawCpuEvent(e) for e in profiler.profiler.kineto_results.events() if e.name() in wanted]
 
 
@@ -93,6 +96,8 @@ def kernel_rows(events: Iterable[Any], hardware: str, source: str, on_gpu: bool 
             op, found = "gemm", _gemm(event)
         elif event.name in _ATTENTION:
             op, found = "attention_prefill", _attention(event)
+        elif event.name in _ATTENTION_BACKWARD:
+            op, found = "attention_backward", _attention(event, at=1)
         else:
             continue
         if found is not None:
