@@ -196,9 +196,10 @@ def engine_reserved_bytes(scn: Scenario) -> float:
 
 
 def rollout_memory(scn: Scenario, include_mtp: bool = False) -> RolloutMemory:
-    """One GPU of an SGLang rollout engine. SGLang keeps weights + KV pool within hbm x mem_fraction_static:
+    """One GPU of a rollout engine. SGLang keeps weights + KV pool within hbm x mem_fraction_static:
     pool = hbm x mem_fraction_static - weights, capped at max_total_tokens x kv_bytes_per_token when
-    --max-total-tokens is given; the rest of HBM is left for activations, graphs and communication.
+    --max-total-tokens is given; the rest of HBM is left for activations, graphs and communication. vLLM's
+    gpu_memory_utilization also holds its profile run's sampler peak (`engine_reserved_bytes`), out of the pool.
     `include_mtp`: load the MTP layers too (speculative decoding)."""
     if scn.run.rl is None:
         raise ValueError("rollout_memory needs an RL run (rl: section)")
