@@ -44,7 +44,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"  rollout           {engines} engines x {ro.engine_gpus} GPUs "
               f"({engine_layout(ro.tp, ro.ep, ro.dp, ro.dp_attention)}), {run_file.rl.placement}"
               f"{' async' if run_file.rl.async_ else ''}")
+        from perfmodel.cost.memory.rollout import rollout_memory
+
+        mem, longest = rollout_memory(s), int(run_file.rl.prompt_tokens_mean) + run_file.rl.response_tokens.max
+        print(f"  KV pool           {mem.kv_pool_bytes / 2**30:,.1f} GiB per GPU: {mem.max_requests(longest):,} "
+              f"requests of {longest:,} tokens{_held(s)}")
     return 0
+
+
+def _held(s: Scenario) -> str:
+    """What the engine holds out of its pool for its profile run's sampler (vLLM), said where there is any."""
+    from perfmodel.cost.memory.rollout import engine_reserved_bytes
+
+    held = engine_reserved_bytes(s)
+    return f", after the sampler's {held / 2**30:.1f} GiB (rollout_sampler_reserve)" if held else ""
 
 
 def _print_serve(path: str, run_file: ServeRun, s: Scenario) -> None:
@@ -60,7 +73,7 @@ def _print_serve(path: str, run_file: ServeRun, s: Scenario) -> None:
     print(f"  engines           {g.n_engines} x {v.engine_gpus} GPUs "
           f"({engine_layout(v.tp, v.ep, v.dp, v.dp_attention)}), {v.precision} weights, KV {cost.kv_dtype}")
     print(f"  KV pool           {cost.kv_pool_bytes / 2**30:,.1f} GiB per GPU: {fits:,} requests of {longest:,} tokens "
-          f"per scheduler (running cap {cost.max_running:,})")
+          f"per scheduler (running cap {cost.max_running:,}){_held(s)}")
     print(f"  prefill           {serve_params(s).chunked_prefill_tokens:,} prompt tokens per forward")
     print(f"  client            {v.requests} requests, {v.concurrency} in flight, input {v.input_tokens} / output "
           f"{v.output_tokens} tokens" + (f" (range ratio {v.range_ratio})" if v.range_ratio < 1 else ""))
