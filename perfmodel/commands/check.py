@@ -57,7 +57,7 @@ def _held(s: Scenario) -> str:
     from perfmodel.cost.memory.rollout import engine_reserved_bytes
 
     held = engine_reserved_bytes(s)
-    return f", after the sampler's {held / 2**30:.1f} GiB (rollout_sampler_reserve)" if held else ""
+    return f", after the sampler's {held / 2**30:.1f} GiB (rollout_memory_rule vllm)" if held else ""
 
 
 def _print_serve(path: str, run_file: ServeRun, s: Scenario) -> None:

@@ -49,6 +49,7 @@ class HardwareProfile:
     vendor: str
     peak_flops: dict[str, float]  # dtype -> dense FLOP/s
     hbm_bytes: float
+    runtime_reserved_bytes: float  # held by the runtime and communicators when an engine starts (0: not stated)
     hbm_bandwidth_bytes_per_s: float
     gpus_per_node: int
     compute_units: int  # SMs / CUs; 0: unknown (no share of them priced)
@@ -263,6 +264,7 @@ def hardware_from_file_model(f: HardwareFile) -> HardwareProfile:
         vendor=f.vendor,
         peak_flops=peaks,
         hbm_bytes=f.hbm_bytes.value,
+        runtime_reserved_bytes=f.runtime_reserved_bytes.value if f.runtime_reserved_bytes else 0.0,
         hbm_bandwidth_bytes_per_s=f.hbm_bandwidth_bytes_per_s.value,
         gpus_per_node=int(f.gpus_per_node.value),
         compute_units=int(f.compute_units.value) if f.compute_units else 0,

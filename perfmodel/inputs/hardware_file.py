@@ -228,6 +228,9 @@ class HardwareFile(_Strict):
     vendor: Literal["amd", "nvidia", "cpu"]
     peak_tflops: PeakTflops
     hbm_bytes: Positive
+    # what the GPU runtime and the communicators hold when an engine starts, before its weights (CUDA/HIP context,
+    # NCCL/RCCL buffers): SGLang takes its static fraction of the rest; absent: 0
+    runtime_reserved_bytes: NonNegative | None = None
     hbm_bandwidth_bytes_per_s: Positive
     gpus_per_node: Positive
     # SMs (NVIDIA) or CUs (AMD) of one GPU: the share of them communication kernels take from the compute they

@@ -31,6 +31,7 @@ Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 ElementwiseFusion = Literal["fused", "eager"]
 FlopsConvention = Literal["mbridge-25.11", "mbridge-26.06"]
 GroupedGemmLaunch = Literal["multi_stream", "single"]
+EngineMemoryRule = Literal["sglang", "vllm"]
 
 
 CUDA_GRAPH_SCOPE_PARTS = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
@@ -188,12 +189,12 @@ class Stack(BaseModel):
             "device")
     rollout_prefill_host_s: float = knob(
         5.0e-3, part="rollout", fit="rl", ge=0, doc="host time per prefill batch not hidden by the device")
-    rollout_sampler_reserve: bool = knob(
-        False, part="rollout",
-        doc="the engine sizes its KV pool after a profile run and holds its sampler's peak out of it (vLLM's "
-            "determine_available_memory: max_num_seqs x vocab logits, sorted for top-k / top-p; "
-            "`cost/memory/rollout.py` engine_reserved_bytes); false: the static fraction holds weights and KV only "
-            "(SGLang's mem_fraction_static)")
+    rollout_memory_rule: EngineMemoryRule = knob(
+        "sglang", part="rollout",
+        doc="how the engine sizes its KV pool (`cost/memory/rollout.py` engine_static_bytes): sglang, its "
+            "mem_fraction_static of the memory free when it starts (the profile's `runtime_reserved_bytes` held "
+            "before) less the weights; vllm, its gpu_memory_utilization of the whole memory less the weights and "
+            "its profile run's sampler peak (max_num_seqs x vocab logits, sorted for top-k / top-p)")
     rollout_max_engines: int = knob(
         0, part="rollout", also_reads=("weight_update",), ge=0,  # the update reads the engines' geometry
         doc="caps the engines serving the run (local-cpu: 1, one SGLang engine on a CPU); 0: as many as the GPUs "

@@ -118,7 +118,7 @@ def test_check_prints_resolved_layout(capsys):
     sglang = _run(["check", str(CASES_DIR / "miles-gb300-dsv4flash-bf16train.yaml")], capsys)[1]
     assert "KV pool" in sglang and "GiB per GPU" in sglang and "sampler" not in sglang  # SGLang holds none
     nemo = REPO / "studies/validation/nemo-rl/cases/nemorl-h100-qwen3-30b-a3b-grpo-colocated.yaml"
-    assert "after the sampler's 3.2 GiB (rollout_sampler_reserve)" in _run(["check", str(nemo)], capsys)[1]  # vLLM
+    assert "after the sampler's 3.2 GiB (rollout_memory_rule vllm)" in _run(["check", str(nemo)], capsys)[1]  # vLLM
 
 
 def test_debug_shows_traceback(tmp_path):

@@ -209,6 +209,22 @@ def test_generational_ordering():
     assert load_hardware("mi325x").hbm_bytes > load_hardware("mi300x").hbm_bytes
 
 
+def test_memory_is_what_the_driver_reports_and_what_the_runtime_holds_is_below_it(tmp_path):
+    """hbm_bytes is the runtime-visible total (not the marketed GB read as 1e9 bytes); runtime_reserved_bytes is
+    what the runtime holds when an engine starts (S51); a negative one is one line naming the field."""
+    assert load_hardware("h200").hbm_bytes == 143_317 * 2**20  # nvidia-smi 143,771 MiB less the Hopper reserve
+    assert load_hardware("mi355x").hbm_bytes == 309_220_868_096  # torch's 287.98 GiB
+    for hw_id in known_hardware_ids():
+        hw = load_hardware(hw_id)
+        assert 0 <= hw.runtime_reserved_bytes < 0.05 * hw.hbm_bytes, hw_id
+    assert load_hardware("cpu-local").runtime_reserved_bytes == 0.0  # not stated: nothing held
+    data = _raw("h200")
+    data["id"], data["runtime_reserved_bytes"]["value"] = "broken", -1
+    with pytest.raises(InputError) as exc:
+        load_hardware(str(_write(tmp_path, data)))
+    assert exc.value.field.startswith("runtime_reserved_bytes")
+
+
 @pytest.mark.parametrize("hw_id", sorted(MAMF_BF16_TFLOPS))
 def test_gemm_efficiency_reproduces_mamf(hw_id):
     hw = load_hardware(hw_id)

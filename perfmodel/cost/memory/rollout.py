@@ -31,8 +31,8 @@ class RolloutMemory:
 
     weights_bytes: float
     kv_pool_bytes: float
-    # HBM x (1 - mem_fraction_static): activations, CUDA/HIP graphs, NCCL, left by SGLang; plus, inside the fraction,
-    # what vLLM holds out of its pool for its profile run (engine_reserved_bytes)
+    # HBM outside the static fraction (the runtime, activations, CUDA/HIP graphs, NCCL); plus, inside it, what vLLM
+    # holds out of its pool for its profile run (engine_reserved_bytes)
     reserved_bytes: float
     kv_bytes_per_token: float  # per GPU, all layers, growing with context
     kv_bytes_per_request_fixed: float  # per GPU and running request, independent of its length (DSV4 SWA + state)
@@ -167,7 +167,7 @@ def rollout_weights_bytes(model: ModelSpec, precision: str, tp: int, ep: int, at
 
 # What an engine GPU's memory reads of the scenario (the key derived from it: perfmodel/inputs/keys.py).
 ROLLOUT_MEMORY_READS = Reads("rollout_memory_key", run=("rl.rollout", "rl.rollout_gpus"),
-                             stack_knobs=("rollout_sampler_reserve",))
+                             stack_knobs=("rollout_memory_rule",))
 
 
 def memoized_rollout_memory(scn: Scenario, memo: Memo) -> RolloutMemory:
@@ -175,32 +175,40 @@ def memoized_rollout_memory(scn: Scenario, memo: Memo) -> RolloutMemory:
     return memo.get("rollout_memory", scenario_key(scn, ROLLOUT_MEMORY_READS, memo), lambda: rollout_memory(scn))
 
 
-# vLLM sizes its KV pool as gpu_memory_utilization x total memory less weights and the peak of a profile run
-# (v1/worker/gpu_worker.py determine_available_memory, 0.15.1). Its sampler runs there over max_num_seqs x vocab
-# logits with top-k and top-p set (gpu_model_runner.py _dummy_sampler_run), through the sort path that is the default
-# (v1/sample/ops/topk_topp_sampler.py: FlashInfer's sampler is opt-in): per logit the model's BF16 output, its FP32
-# copy (v1/sample/sampler.py), the sorted values, their int64 indices and the softmax probabilities live at once.
+# SGLang takes mem_fraction_static of the memory free after CUDA and its communicators start (0.5.12
+# srt/model_executor/model_runner_kv_cache_mixin.py: rest_memory = post_model_load_memory - pre_model_load_memory x
+# (1 - mem_fraction_static)). vLLM takes gpu_memory_utilization of the whole memory less weights and the peak of a
+# profile run (v1/worker/gpu_worker.py determine_available_memory, 0.15.1), whose sampler runs over max_num_seqs x
+# vocab logits with top-k and top-p set (gpu_model_runner.py _dummy_sampler_run) through the sort path that is the
+# default (v1/sample/ops/topk_topp_sampler.py: FlashInfer's sampler is opt-in): per logit the model's BF16 output,
+# its FP32 copy (v1/sample/sampler.py), the sorted values, their int64 indices and the softmax probabilities.
 VLLM_SAMPLER_BYTES_PER_LOGIT = BF16 + FP32 + FP32 + 8 + FP32
 VLLM_DEFAULT_MAX_NUM_SEQS = 1024  # engine/arg_utils.py 0.15.1: GPUs of 70 GiB or more, LLM class and API server
 
 
+def engine_static_bytes(scn: Scenario) -> float:
+    """What one engine GPU's static fraction covers (weights, KV pool and, for vLLM, its sampler's peak): SGLang's
+    of the memory free when it starts (the profile's `runtime_reserved_bytes` already held), vLLM's of the whole."""
+    ro, hw = scn.run.rl.rollout, scn.hardware  # type: ignore[union-attr]
+    free = hw.hbm_bytes - (hw.runtime_reserved_bytes if scn.stack.rollout_memory_rule == "sglang" else 0.0)
+    return ro.mem_fraction_static * free
+
+
 def engine_reserved_bytes(scn: Scenario) -> float:
-    """Bytes of one engine GPU inside the engine's static fraction that hold neither weights nor KV: the profile
-    run's sampler peak where the stack's engine sizes its pool that way (`rollout_sampler_reserve`, vLLM); every TP
-    rank samples the whole vocabulary. The forward's own peak at max_num_batched_tokens (MLP or fused-MoE
+    """Bytes inside the static fraction that hold neither weights nor KV: vLLM's profile-run sampler peak (every TP
+    rank samples the whole vocabulary). Its forward's own peak at max_num_batched_tokens (MLP or fused-MoE
     intermediates) is smaller for the shipped engines and not priced. 0 for SGLang."""
-    if scn.run.rl is None or not scn.stack.rollout_sampler_reserve:
+    if scn.run.rl is None or scn.stack.rollout_memory_rule != "vllm":
         return 0.0
     seqs = scn.run.rl.rollout.max_running_requests or VLLM_DEFAULT_MAX_NUM_SEQS
     return seqs * scn.model.vocab_size * VLLM_SAMPLER_BYTES_PER_LOGIT
 
 
 def rollout_memory(scn: Scenario, include_mtp: bool = False) -> RolloutMemory:
-    """One GPU of a rollout engine. SGLang keeps weights + KV pool within hbm x mem_fraction_static:
-    pool = hbm x mem_fraction_static - weights, capped at max_total_tokens x kv_bytes_per_token when
-    --max-total-tokens is given; the rest of HBM is left for activations, graphs and communication. vLLM's
-    gpu_memory_utilization also holds its profile run's sampler peak (`engine_reserved_bytes`), out of the pool.
-    `include_mtp`: load the MTP layers too (speculative decoding)."""
+    """One GPU of a rollout engine. Its static fraction (`engine_static_bytes`) holds the weights and the KV pool
+    (and vLLM's sampler peak, `engine_reserved_bytes`): pool = static - weights - held, capped at max_total_tokens x
+    kv_bytes_per_token when --max-total-tokens is given; the rest of HBM is left for activations, graphs and
+    communication. `include_mtp`: load the MTP layers too (speculative decoding)."""
     if scn.run.rl is None:
         raise ValueError("rollout_memory needs an RL run (rl: section)")
     ro, hw, m = scn.run.rl.rollout, scn.hardware, scn.model
@@ -209,7 +217,7 @@ def rollout_memory(scn: Scenario, include_mtp: bool = False) -> RolloutMemory:
     weights = rollout_weights_bytes(m, ro.precision, ro.tp, ro.ep, attn_tp, include_mtp)
     per_token = kv_bytes_per_token(m, kv_dtype, attn_tp, include_mtp)
     fixed = kv_bytes_per_request_fixed(m, kv_dtype, attn_tp, include_mtp)
-    static = hw.hbm_bytes * ro.mem_fraction_static
+    static = engine_static_bytes(scn)
     held = engine_reserved_bytes(scn)
     pool = max(0.0, static - weights - held)
     if ro.max_total_tokens is not None and per_token > 0:

@@ -28,7 +28,7 @@ from perfmodel.cost.compute import (
 )
 from perfmodel.cost.dispatch import Dispatch, dispatch_s
 from perfmodel.cost.dtypes import FP8_BLOCK, FP8_BLOCK_WEIGHT_BYTES
-from perfmodel.cost.memory.rollout import engine_reserved_bytes, rollout_memory
+from perfmodel.cost.memory.rollout import engine_reserved_bytes, engine_static_bytes, rollout_memory
 from perfmodel.cost.params import params_by_role
 from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import HardwareProfile
@@ -309,14 +309,15 @@ class EngineCost:
             QUANTIZED_ATTENTION_INPUTS.get(layer.attention.kind, 2)
             + 2 * (layer.ffn.kind != "moe" or bool(layer.ffn.num_shared_experts)) for layer in m.layers)
 
-        held = engine_reserved_bytes(scn)
-        pool = hw.hbm_bytes * ro.mem_fraction_static - self.weights_bytes_per_gpu - held
+        held, static = engine_reserved_bytes(scn), engine_static_bytes(scn)
+        pool = static - self.weights_bytes_per_gpu - held
         if pool <= 0:
             raise InputError("", "rl.rollout.mem_fraction_static",
                              f"the rollout weights ({self.weights_bytes_per_gpu / 2**30:.1f} GiB per GPU at "
                              f"{ro.precision})" + (f" and the sampler's {held / 2**30:.1f} GiB" if held else "")
-                             + f" do not fit in {ro.mem_fraction_static} x {hw.hbm_bytes / 2**30:.0f} GiB;"
-                             " use more GPUs per engine or a larger mem_fraction_static")
+                             + f" do not fit in the engine's {static / 2**30:.1f} GiB ({ro.mem_fraction_static} of "
+                             f"{hw.hbm_bytes / 2**30:.0f} GiB); use more GPUs per engine or a larger "
+                             "mem_fraction_static")
         self.kv_pool_bytes = pool * g.attn_dp  # per unit, in per-GPU footprint units (one pool per attention rank)
         self.max_total_tokens = ro.max_total_tokens or math.inf
         self.max_running = ro.max_running_requests or SGLANG_DEFAULT_MAX_RUNNING_REQUESTS * g.attn_dp

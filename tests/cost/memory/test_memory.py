@@ -17,6 +17,7 @@ import yaml
 from perfmodel.cost.memory.activations import inflight_per_stage, layer_activation_bytes, tokens_per_microbatch
 from perfmodel.cost.memory.rollout import (
     engine_reserved_bytes,
+    engine_static_bytes,
     kv_bytes_per_request_fixed,
     kv_bytes_per_token,
     rollout_memory,
@@ -550,7 +551,9 @@ def test_rollout_pool_from_mem_fraction_and_dp_attention():
     d = _dsv4_seed_dict()
     d["rl"]["rollout"].update(max_total_tokens=None, kv_cache_dtype="fp8")
     r = rollout_memory(_scenario(d))
-    assert r.kv_pool_bytes == pytest.approx(MI355X_BYTES * 0.7 - r.weights_bytes)
+    # SGLang's fraction of what the GPU has free when it starts: the MI355X's 287.98 GiB less the 4.5 GiB its runtime
+    # holds (hwprofiles/mi355x.yaml runtime_reserved_bytes, docs/hardware-sources.md S51)
+    assert r.kv_pool_bytes == pytest.approx((MI355X_BYTES - 4.83e9) * 0.7 - r.weights_bytes)
     assert r.kv_capacity_tokens == int(r.kv_pool_bytes // r.kv_bytes_per_token)
     d["rl"]["rollout"].update(dp=8, dp_attention=True, ep=8)
     dpa = rollout_memory(_scenario(d))
@@ -558,20 +561,23 @@ def test_rollout_pool_from_mem_fraction_and_dp_attention():
 
 
 def test_a_vllm_engine_holds_its_samplers_peak_out_of_the_pool():
-    """vLLM's profile run samples max_num_seqs x vocab logits (BF16 out, FP32 copy, sorted values, int64 indices,
-    probabilities: 22 bytes each) and sizes the pool after it; SGLang's static fraction holds weights and KV only."""
+    """vLLM takes its fraction of the whole memory and holds its profile run's sampler peak out of the pool:
+    max_num_seqs x vocab logits (BF16 out, FP32 copy, sorted values, int64 indices, probabilities: 22 bytes each).
+    SGLang takes its fraction of what is free when it starts (the runtime's share held) and holds nothing else."""
     d = _dsv4_seed_dict()
     d["rl"]["rollout"].update(max_total_tokens=None, kv_cache_dtype="fp8", max_running_requests=512)
-    sglang = rollout_memory(_scenario(d))
-    assert engine_reserved_bytes(_scenario(d)) == 0.0
+    sglang_scn = _scenario(d)
+    sglang, hw = rollout_memory(sglang_scn), sglang_scn.hardware
+    assert engine_reserved_bytes(sglang_scn) == 0.0
+    assert engine_static_bytes(sglang_scn) == pytest.approx(0.7 * (hw.hbm_bytes - hw.runtime_reserved_bytes))
     d["stack"] = "nemo-rl"
     scn = _scenario(d)
+    assert scn.stack.rollout_memory_rule == "vllm" and engine_static_bytes(scn) == pytest.approx(0.7 * hw.hbm_bytes)
     held = engine_reserved_bytes(scn)
     assert held == 512 * scn.model.vocab_size * 22
     vllm = rollout_memory(scn)
-    assert vllm.kv_pool_bytes == pytest.approx(sglang.kv_pool_bytes - held)
-    assert vllm.reserved_bytes == pytest.approx(sglang.reserved_bytes + held)
-    assert vllm.total_bytes == pytest.approx(sglang.total_bytes)  # the same memory, held elsewhere
+    assert vllm.kv_pool_bytes == pytest.approx(engine_static_bytes(scn) - vllm.weights_bytes - held)
+    assert vllm.total_bytes == pytest.approx(sglang.total_bytes) == pytest.approx(hw.hbm_bytes)  # held elsewhere
     assert EngineCost(scn).kv_pool_bytes == pytest.approx(vllm.kv_pool_bytes)  # the simulated engine's pool too
     del d["rl"]["rollout"]["max_running_requests"]
     assert engine_reserved_bytes(_scenario(d)) == 1024 * scn.model.vocab_size * 22  # vLLM's default max_num_seqs
