@@ -596,3 +596,14 @@ def test_rollout_memory_needs_rl():
     scn = _pretrain({"id": "llama3-8b"}, 8, dict(tp=2, pp=2), 8192, 32)
     with pytest.raises(ValueError, match="RL"):
         rollout_memory(scn)
+
+
+def test_sglang_pool_on_an_h200_is_what_sglang_logged():
+    """SGLang 0.5.19 on the InferenceX H200 DeepSeek-R1 recipe (TP8, mem_fraction_static 0.82) logged
+    max_total_num_tokens=509930 (InferenceX PR #3010, studies/validation/serving/README.md): the pool its rule
+    leaves, of the memory CUDA reports less what the runtime holds at start, holds as many within 2%."""
+    from perfmodel.inputs.case import load_case
+
+    case = REPO / "studies/validation/serving/cases/serve-h200-dsr1-sglang-v0.5.12-tp8-8k1k-c64.yaml"
+    cost = EngineCost(build_scenario(load_case(case)))
+    assert cost.kv_pool_bytes / cost.kv_bytes_per_token == pytest.approx(509_930, rel=0.02)
