@@ -121,32 +121,36 @@ def sdpa_has_gqa() -> bool:
     return True
 
 
+def _grouped_kv(k: Any, v: Any, heads: int, gqa: bool) -> tuple[Any, Any, dict[str, bool]]:
+    """K and V as scaled_dot_product_attention takes them: grouped (enable_gqa, torch >= 2.5) or, on older torch,
+    repeated per query head (once, here, so a timed call does not pay the copy)."""
+    if gqa:
+        return k, v, {"enable_gqa": True}
+    k, v = (t.repeat_interleave(heads // t.shape[1], dim=1) for t in (k, v))
+    return k, v, {}
+
+
 def _attention_setup(batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int, device: str,
                      gqa: bool) -> Call:
     import torch.nn.functional as F
 
     q = _randn(batch, heads, q_len, head_dim, device=device)
-    k, v = (_randn(batch, kv_heads, kv_len, head_dim, device=device) for _ in range(2))
+    k, v, grouped = _grouped_kv(*(_randn(batch, kv_heads, kv_len, head_dim, device=device) for _ in range(2)),
+                                heads, gqa)
     causal = q_len == kv_len  # prefill; decode's one query sees every cached token (torch's causal mask is top-left)
-    if gqa:
-        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-    k, v = (t.repeat_interleave(heads // kv_heads, dim=1) for t in (k, v))  # older torch: K/V per query head
-    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **grouped)
 
 
 def _backward_setup(batch: int, seq: int, heads: int, kv_heads: int, head_dim: int, device: str, gqa: bool) -> Call:
     """The causal prefill's backward alone: one forward kept, each call the gradients of Q, K and V from it (as a
-    training step runs the core's backward after its forward)."""
+    training step runs the core's backward after its forward; on older torch the repeated K/V's gradients sum back)."""
     import torch
     import torch.nn.functional as F
 
     q = _randn(batch, heads, seq, head_dim, device=device).requires_grad_()
     k, v = (_randn(batch, kv_heads, seq, head_dim, device=device).requires_grad_() for _ in range(2))
-    if gqa:
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    else:  # older torch: K/V repeated per query head inside the graph, their gradients summed back
-        out = F.scaled_dot_product_attention(q, *(t.repeat_interleave(heads // kv_heads, dim=1) for t in (k, v)),
-                                             is_causal=True)
+    k_in, v_in, grouped = _grouped_kv(k, v, heads, gqa)
+    out = F.scaled_dot_product_attention(q, k_in, v_in, is_causal=True, **grouped)
     grad = torch.randn_like(out)
     return lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
 

@@ -238,3 +238,19 @@ def test_a_graph_sample_grows_when_eager_timing_was_host_bound(monkeypatch):
     monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
     sample, calls = timing._graph_sample(lambda: None, 1, lambda: None)
     assert captured == [1, timing.calls_per_sample(1e-5)] and calls == 100
+
+
+def test_grouped_and_repeated_kv_time_the_same_attention():
+    """Older torch (no enable_gqa) repeats K/V per query head: forward and backward give what the grouped call gives
+    (the backward's K/V gradients summed back over the repeats)."""
+    import torch
+
+    from executor.bench_kernels.compute import _attention_setup, _backward_setup
+
+    for setup, args in ((_attention_setup, (1, 64, 64, 4, 2, 32, "cpu")), (_backward_setup, (1, 64, 4, 2, 32, "cpu"))):
+        outs = []
+        for gqa in (True, False):
+            torch.manual_seed(0)
+            out = setup(*args, gqa)()
+            outs.append(out if isinstance(out, tuple) else (out,))
+        assert all(a.shape == b.shape and torch.allclose(a.float(), b.float(), atol=5e-2) for a, b in zip(*outs))
