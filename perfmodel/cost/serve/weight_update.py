@@ -7,8 +7,9 @@ The Miles sequence (docs/reference/dsv4-flash-and-miles.md section 2.6) and how 
    **engine wake (weights)**: SGLang re-maps its weight memory before the update (fixed cost).
 2. **pause + flush**: `pause_generation` + `flush_cache` on every engine (fixed cost).
 3. **gather**: every HF tensor is assembled from its TP / EP / PP shards (all-gathers within the training groups). In
-   the colocated CUDA-IPC path every GPU's SGLang rank needs every tensor, so each GPU receives the whole BF16 model
-   (PP broadcast + TP/EP gathers); in the broadcast / disk paths only each pipeline stage's leader gathers its stage.
+   the colocated CUDA-IPC path every GPU's SGLang rank needs every tensor, so each GPU receives the whole BF16 model:
+   the other stages' local slices by PP broadcast, then the TP / EP gathers of every tensor, in the exporters' order
+   (`_gather_everything_s`); in the broadcast / disk paths only each pipeline stage's leader gathers its stage.
 4. **quantize** (FP8 rollout only): BF16 -> FP8 with one FP32 scale per 128x128 block, HBM-bound (read 2 B, write
    1 B + scales per parameter) - on every GPU when colocated, on the stage leaders otherwise.
 5. **transfer**, by mechanism (`rl.weight_update.mode`):
@@ -328,6 +329,27 @@ def _risks(bucket_mb: float, every_gpu_gets_all: bool) -> list[str]:
     return risks
 
 
+def _gather_everything_s(scn: Scenario, p: _Params, gather_bytes: float, tp_g: GroupPlacement,
+                         ep_g: GroupPlacement, pp_g: GroupPlacement) -> float:
+    """Every GPU assembles every full tensor (colocated CUDA IPC: each GPU's engine rank reads its slice of each).
+    The exporters move the shards across pipeline stages first and gather within the stage after: Megatron-Bridge's
+    `megatron_to_hf` (broadcast_from_pp_rank, then gather_from_tp_ranks, then gather_from_ep_ranks; NeMo-RL v0.4+),
+    Miles' direct iterator (`_get_megatron_full_params`: PP broadcast, EP broadcast, then TP all-gather), NeMo-RL
+    v0.3.0's `gather_params` (TP all-gather, PP broadcast, EP all-gather). So the PP broadcast carries each
+    stage's local slices (its dense tensors over TP, its experts over EP and expert-TP), and the TP / EP gathers
+    then run over every stage's tensors on every GPU. (Broadcasting full experts across stages instead would put
+    the whole model through one NIC per GPU: 26 s for DeepSeek-V3 at PP8 on 400 Gb/s, where NeMo-RL v0.3 measured
+    12.2 s for its whole gather.)"""
+    hw, lay = scn.hardware, scn.layout
+    dense, expert = sum(p.stage_dense), sum(p.stage_expert)
+    etp_g = group_placement(scn, "etp")
+    local = dense / lay.tp + expert / (lay.ep * lay.etp)
+    return (broadcast_s(hw, gather_bytes * local * (1.0 - 1.0 / lay.pp), pp_g)
+            + all_gather_s(hw, gather_bytes * dense, tp_g)
+            + all_gather_s(hw, gather_bytes * expert / lay.etp, ep_g)
+            + all_gather_s(hw, gather_bytes * expert, etp_g))
+
+
 FIXED_CALLS_S = PAUSE_FLUSH_S + POST_PROCESS_FIXED_S + RESUME_S
 
 
@@ -435,15 +457,15 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None,
     reshard = mode == "reshard"
     parts["pause_flush_s"] = wp.pause_flush_s
 
-    # Gather out of the shards in the trainer's dtype (Megatron BF16; an FSDP state dict FP32): dense tensors over
-    # TP, routed experts over EP, the largest stage sets it.
+    # Gather out of the shards in the trainer's dtype (Megatron BF16; an FSDP state dict FP32).
     gb = scn.stack.weight_update_gather_bytes
     tp_g, ep_g, pp_g = (group_placement(scn, k) for k in ("tp", "ep", "pp"))
-    gather = max(all_gather_s(hw, gb * d, tp_g) + all_gather_s(hw, gb * e, ep_g)
-                 for d, e in zip(p.stage_dense, p.stage_expert))
-    if every_gpu_gets_all:  # and every GPU receives the other stages' tensors (PP broadcast)
-        gather += broadcast_s(hw, gb * p.total * (1.0 - 1.0 / lay.pp), pp_g)
-    parts["gather_s"] = 0.0 if reshard else gather  # a reshard sends shards as they are
+    if every_gpu_gets_all:
+        parts["gather_s"] = _gather_everything_s(scn, p, gb, tp_g, ep_g, pp_g)
+    else:  # each stage's leader gathers its stage (dense over TP, routed experts over EP): the largest sets it
+        parts["gather_s"] = 0.0 if reshard else max(
+            all_gather_s(hw, gb * d, tp_g) + all_gather_s(hw, gb * e, ep_g)
+            for d, e in zip(p.stage_dense, p.stage_expert))  # a reshard sends shards as they are
 
     if fp8:  # read BF16, write FP8 + one FP32 scale per block; all of it on every GPU when colocated
         quant_params = p.quantizable if every_gpu_gets_all else p.quantizable / (rl.actor_gpus if reshard else lay.pp)

@@ -248,3 +248,29 @@ def test_an_fp8_reshard_pays_the_fp8_paths_extra_time_per_tensor():
     tensors = _params(scn).tensors
     assert bf16.parts["convert_s"] == pytest.approx(tensors * RESHARD_TENSOR_S)
     assert fp8.parts["convert_s"] == pytest.approx(tensors * (RESHARD_TENSOR_S + RESHARD_FP8_TENSOR_S))
+
+
+def test_colocated_gather_moves_local_slices_across_stages_then_gathers_within_them():
+    """NeMo-RL v0.3's DeepSeek-V3 refit (EP64 x PP8 on 512 H100s): the exporters broadcast each stage's local slices
+    over PP and gather experts over EP after, so every GPU's NIC carries 1/64 of the experts across stages, not all
+    of them; the blog's whole gather took 12.2 s, the full model through one NIC would take over 20."""
+    from perfmodel.cost.comm import all_gather_s, broadcast_s, group_placement
+
+    scn = build_scenario(load_case(WU_CASES / "nemorl03-h100-deepseek-v3-wu-ipc.yaml"))
+    r, p, hw, lay = weight_update_time(scn), _params(scn), scn.hardware, scn.layout
+    gb = scn.stack.weight_update_gather_bytes
+    dense, expert = sum(p.stage_dense), sum(p.stage_expert)
+    pp_g, ep_g = group_placement(scn, "pp"), group_placement(scn, "ep")
+    assert lay.tp == lay.etp == 1 and lay.pp == 8 and lay.ep == 64
+    expected = (broadcast_s(hw, gb * (dense + expert / 64) * 7 / 8, pp_g) + all_gather_s(hw, gb * expert, ep_g))
+    assert r.parts["gather_s"] == pytest.approx(expected, rel=1e-9)
+    whole_model_over_pp = broadcast_s(hw, gb * p.total * 7 / 8, pp_g)
+    assert whole_model_over_pp > 20.0 and r.parts["gather_s"] < 12.2 < whole_model_over_pp
+    # one stage: nothing crosses stages, every GPU gathers the whole model over TP and EP
+    one = build_scenario(load_case(WU_CASES / "nemorl03-h100-qwen3-30b-a3b-grpo-colocated.yaml"))
+    lay1, p1 = one.layout, _params(one)
+    assert lay1.pp == 1 and lay1.tp == 2 and lay1.ep == 8
+    expected1 = (all_gather_s(one.hardware, 2.0 * sum(p1.stage_dense), group_placement(one, "tp"))
+                 + all_gather_s(one.hardware, 2.0 * sum(p1.stage_expert) / lay1.etp, group_placement(one, "ep"))
+                 + all_gather_s(one.hardware, 2.0 * sum(p1.stage_expert), group_placement(one, "etp")))
+    assert weight_update_time(one).parts["gather_s"] == pytest.approx(expected1, rel=1e-9)
