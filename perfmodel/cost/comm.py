@@ -230,12 +230,21 @@ def host_copy_s(hw: HardwareProfile, nbytes: float) -> float:
     return nbytes / (hw.host_link_bytes_per_s * hw.host_link_efficiency)
 
 
-def broadcast_s(hw: HardwareProfile, nbytes: float, g: GroupPlacement) -> float:
-    """Pipelined ring broadcast: busbw = algbw (nccl-tests convention); across domains the NIC bounds it."""
+def broadcast_s(hw: HardwareProfile, nbytes: float, g: GroupPlacement,
+                root_ranks_in_domain: int | None = None) -> float:
+    """Pipelined ring broadcast: busbw = algbw (nccl-tests convention). Across domains every rank still receives
+    the whole buffer (its scale-up link bounds it), and each domain takes it in over the NICs of its ranks in the
+    group: the rings' channels cross a domain boundary on different NICs, as the hierarchical all-gather's GPUs
+    each move their slice over their own NIC. The root's domain bounds it too: a root alone in its domain
+    (`root_ranks_in_domain` 1: a sender whose node-mates are not in the group) sends through its one NIC."""
     if g.size <= 1 or nbytes <= 0:
         return 0.0
-    bw = _busbw_up(hw, g.size) if g.intra else min(_busbw_out(hw), _busbw_up(hw, g.gpus_per_node_in_group))
     k = g.gpus_per_node_in_group
+    if g.intra:
+        bw = _busbw_up(hw, g.size)
+    else:
+        nics = min(k, root_ranks_in_domain or k)
+        bw = min(nics * _busbw_out(hw), _busbw_up(hw, k))
     return _latency(hw, g, k - 1, g.domains - 1) + nbytes / bw
 
 

@@ -185,8 +185,7 @@ class Stack(BaseModel):
         doc="host time once per request (tokenize, schedule, finish) not hidden by the device")
     rollout_token_host_s: float = knob(
         0.0, part="rollout", fit="rl", ge=0,
-        doc="host time per request per decode step (sampling, detokenizing and streaming a token) not hidden by the "
-            "device")
+        doc="host time per request per decode step (sampling, detokenizing, streaming) not hidden by the device")
     rollout_prefill_host_s: float = knob(
         5.0e-3, part="rollout", fit="rl", ge=0, doc="host time per prefill batch not hidden by the device")
     rollout_memory_rule: EngineMemoryRule = knob(
@@ -223,8 +222,12 @@ class Stack(BaseModel):
             "receivers: update_weights_from_tensor per bucket); 0: inside the mechanism's own price")
     weight_update_pipelined: bool = knob(
         False, part="weight_update",
-        doc="packing the next bucket overlaps the engine's loading of this one (NeMo-RL's refit stream), or buckets "
-            "go one after another (Miles)")
+        doc="the next bucket's packing (a broadcast's: export) overlaps this one's loading (broadcast): NeMo-RL's "
+            "refit stream and PR #1379; or buckets go one after another (Miles)")
+    weight_update_broadcast_group: Literal["sources", "trainer"] = knob(
+        "sources", part="weight_update",
+        doc="who joins a disaggregated broadcast: the senders and rollout GPUs (Miles, verl, NeMo-RL v0.3: a lone "
+            "sender's NIC) or every training rank too, each exporting every tensor (NeMo-RL v0.4+: all NICs)")
     fsdp_reshard_after_forward: bool | None = knob(
         True, part="train", option=True,
         doc="FSDP / ZeRO-3 frees the gathered parameters after each forward (and gathers them again for the "

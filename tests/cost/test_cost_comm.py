@@ -173,3 +173,22 @@ def test_dispatch_send_buffer():
     assert Dispatch(4096, 7168, 8, 256, 1.0).send_bytes == pytest.approx(4096 * 8 * 7168 * 1)
     assert Dispatch(4096 * 1.25, 7168, 8, 256, 2.0).send_bytes == pytest.approx(4096 * 1.25 * 8 * 7168 * 2)
     assert Dispatch(4096, 7168, 8, 256, 2.0, "deepep").send_bytes == pytest.approx(4096 * 7168 * 2)
+
+
+def test_a_cross_node_broadcast_enters_each_node_on_its_ranks_nics_and_leaves_a_lone_root_by_one():
+    """A ring broadcast over full nodes takes the buffer into each node over the NICs of its ranks (the channels
+    cross on different NICs) and into each GPU over its scale-up link; a root whose node-mates are not in the
+    group sends through its own NIC."""
+    from perfmodel.cost.comm import _busbw_out, _busbw_up, broadcast_s
+
+    hw = load_hardware("h100-sxm")
+    full = GroupPlacement(288, 8)
+    big, small = 1.0e12, 2.0e12
+    bw = (small - big) / (broadcast_s(hw, small, full) - broadcast_s(hw, big, full))
+    assert bw == pytest.approx(min(8 * _busbw_out(hw), _busbw_up(hw, 8)), rel=1e-9)
+    lone = (small - big) / (broadcast_s(hw, small, full, 1) - broadcast_s(hw, big, full, 1))
+    assert lone == pytest.approx(_busbw_out(hw), rel=1e-9)
+    assert bw > 6 * lone
+    # one rank a node: one NIC, with or without the root's say
+    spread = GroupPlacement(8, 1)
+    assert broadcast_s(hw, big, spread) == pytest.approx(broadcast_s(hw, big, spread, 1))

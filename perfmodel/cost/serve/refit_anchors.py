@@ -1,8 +1,34 @@
-"""Published refit timings the weight update's per-tensor costs come from (cost/serve/weight_update.py): how many HF
-tensors an update hands to the engines, and NeMo-RL's `nccl_reshard` table (docs/design-docs/nccl-reshard-refit.md
-and the PR that added it) with the fits read off it."""
+"""Published refit timings the weight update's costs come from (cost/serve/weight_update.py): Miles' GB300 bucket
+runs (the per-bucket cost and the software pipeline rate of colocated CUDA IPC), how many HF tensors an update hands
+to the engines, and NeMo-RL's `nccl_reshard` table (docs/design-docs/nccl-reshard-refit.md and the PR that added it)
+with the fits read off it."""
 
 from __future__ import annotations
+
+MIB = 2**20
+
+# GB300 bucket measurements and the derivation of the per-bucket cost and the pipeline rate
+
+GB300_BUCKET_RUNS: tuple[tuple[float, int, float, str], ...] = (
+    (256.0, 2130, 65.0, "steady updates 63.3 / 65.4 / 66.3 / 68.0 s and 'updates 2-4 each about 65 s' "
+                        "(bobboli/miles aga_dsv4_flash EXPERIMENT_LOG_2026-08-10; "
+                        "docs/reference/dsv4-flash-and-miles.md 3.2)"),
+    (64.0, 8537, 150.7, "steady updates 150.6 / 149.8 / 151.8 s (same log; first update 160 s left out)"),
+)
+GB300_REFERENCE_LINK_BYTES_PER_S = 900.0e9
+"""The link of the measured colocated run: NVLink 5, 900 GB/s per GPU per direction (hwprofiles/gb300.yaml), all 32
+ranks in one NVL72 domain. Used only by `scale_pipeline_by_link=True`."""
+
+
+def bucket_fit(runs: tuple[tuple[float, int, float, str], ...] = GB300_BUCKET_RUNS) -> tuple[float, float]:
+    """(per-bucket seconds, pipeline bytes/s) from two (bucket MiB, buckets, seconds) measurements:
+    T = n c + B / R with B = n x bucket bytes (the same model bytes for both runs)."""
+    (mb1, n1, t1, _), (mb2, n2, t2, _) = runs[:2]
+    c = (t2 - t1) / (n2 - n1)
+    b1 = n1 * mb1 * MIB
+    r = b1 / (t1 - n1 * c)
+    return c, r
+
 
 # HF tensors a decoder layer hands to the engine's weight loader: the attention projections (q, k, v, o; MLA's
 # q_a/q_b/kv_a/kv_b/o count alike) and two norms; a dense MLP's gate, up and down, or a router plus three per

@@ -82,10 +82,13 @@ from perfmodel.cost.dtypes import FP8_BLOCK_WEIGHT_BYTES
 from perfmodel.cost.memory.rollout import memoized_rollout_memory
 from perfmodel.cost.memory.training import memoized_training_memory
 from perfmodel.cost.serve.refit_anchors import (
+    GB300_REFERENCE_LINK_BYTES_PER_S,
+    MIB,
     MODEL_END_TENSORS,
     RESHARD_FIXED_S,
     RESHARD_FP8_TENSOR_S,
     RESHARD_TENSOR_S,
+    bucket_fit,
     hf_tensors,
     layer_tensors,
 )
@@ -95,32 +98,6 @@ from perfmodel.inputs.keys import Reads, scenario_key
 from perfmodel.inputs.model import ModelSpec
 from perfmodel.inputs.scenario import Scenario
 from perfmodel.memo import Memo
-
-MIB = 2**20
-
-# ---------------------------------------------------------------------------------------------------------------
-# GB300 bucket measurements and the derivation of the per-bucket cost and the pipeline rate
-
-GB300_BUCKET_RUNS: tuple[tuple[float, int, float, str], ...] = (
-    (256.0, 2130, 65.0, "steady updates 63.3 / 65.4 / 66.3 / 68.0 s and 'updates 2-4 each about 65 s' "
-                        "(bobboli/miles aga_dsv4_flash EXPERIMENT_LOG_2026-08-10; "
-                        "docs/reference/dsv4-flash-and-miles.md 3.2)"),
-    (64.0, 8537, 150.7, "steady updates 150.6 / 149.8 / 151.8 s (same log; first update 160 s left out)"),
-)
-GB300_REFERENCE_LINK_BYTES_PER_S = 900.0e9
-"""The link of the measured colocated run: NVLink 5, 900 GB/s per GPU per direction (hwprofiles/gb300.yaml), all 32
-ranks in one NVL72 domain. Used only by `scale_pipeline_by_link=True`."""
-
-
-def bucket_fit(runs: tuple[tuple[float, int, float, str], ...] = GB300_BUCKET_RUNS) -> tuple[float, float]:
-    """(per-bucket seconds, pipeline bytes/s) from two (bucket MiB, buckets, seconds) measurements:
-    T = n c + B / R with B = n x bucket bytes (the same model bytes for both runs)."""
-    (mb1, n1, t1, _), (mb2, n2, t2, _) = runs[:2]
-    c = (t2 - t1) / (n2 - n1)
-    b1 = n1 * mb1 * MIB
-    r = b1 / (t1 - n1 * c)
-    return c, r
-
 
 PER_BUCKET_S, PIPELINE_BYTES_PER_S = bucket_fit()
 
@@ -264,10 +241,10 @@ def _params(scn: Scenario) -> _Params:
     return _Params(tensors, float(m.total_params()), quant, tuple(dense), tuple(expert))
 
 
-def _broadcast_busbw(hw: HardwareProfile, g: GroupPlacement) -> float:
+def _broadcast_busbw(hw: HardwareProfile, g: GroupPlacement, root_ranks_in_domain: int | None = None) -> float:
     """The bandwidth term of `perfmodel.cost.comm.broadcast_s` over `g` (bytes/s, latency removed)."""
     a, b = 1e12, 2e12
-    return (b - a) / (broadcast_s(hw, b, g) - broadcast_s(hw, a, g))
+    return (b - a) / (broadcast_s(hw, b, g, root_ranks_in_domain) - broadcast_s(hw, a, g, root_ranks_in_domain))
 
 
 def _span_placement(hw: HardwareProfile, size: int, span_gpus: int) -> GroupPlacement:
@@ -292,11 +269,19 @@ def _link_s(scn: Scenario, wp: WeightUpdateParams, xfer: float, pp_g: GroupPlace
         link = 2.0 * xfer / hbm_rate(hw)  # clone of every flattened bucket into SGLang-owned memory (read + write)
         return link, (_broadcast_busbw(hw, pp_g) if lay.pp > 1 else hbm_rate(hw))
     if rl.weight_update.mode == "broadcast":
+        if scn.stack.weight_update_broadcast_group == "trainer":
+            # NeMo-RL v0.4+: every training rank and every rollout GPU in one group, rank 0 the root (grpo.py
+            # world_size = train + inference; packed_broadcast_producer(src=0) on every training worker)
+            span = rl.actor_gpus + rl.rollout_gpus if not colocated else rl.rollout_gpus
+            g = _span_placement(hw, span, span)
+            return broadcast_s(hw, xfer, g), _broadcast_busbw(hw, g)
         span = rl.actor_gpus + rl.rollout_gpus if not colocated else rl.rollout_gpus
         g = _span_placement(hw, rl.rollout_gpus + 1, span)  # a stage leader + every rollout GPU
         # every rollout GPU receives the whole model, one stage after another: Miles serializes the stages'
-        # broadcasts with a Ray lock (docs/rl-phases.md, section 2), NeMo-RL broadcasts from training rank 0
-        return broadcast_s(hw, xfer, g), _broadcast_busbw(hw, g)
+        # broadcasts with a Ray lock (docs/rl-phases.md, section 2), verl and NeMo-RL v0.3 broadcast from
+        # training rank 0; disaggregated, the sender's node-mates are not in the group: its own NIC carries it
+        root = None if colocated else 1
+        return broadcast_s(hw, xfer, g, root), _broadcast_busbw(hw, g, root)
     if rl.weight_update.mode == "reshard":  # each engine GPU its slice; each training GPU its shard, once per engine
         engine = rl.rollout.engine_gpus
         recv, send = xfer / engine, xfer * (rl.rollout_gpus // engine) / rl.actor_gpus
@@ -392,7 +377,10 @@ def _transfer(scn: Scenario, wp: WeightUpdateParams, p: _Params, parts: dict[str
     parts["convert_s"] = p.tensors * per_tensor
     parts["tensors_s"] = p.tensors * scn.stack.weight_update_tensor_s
     loading = parts["gather_s"] + parts["quantize_s"] + parts["convert_s"]
-    parts["link_s"] = max(0.0, link - loading) if mode == "p2p" else link  # p2p: what the loading does not hide
+    # p2p, and a pipelined stack's broadcast (NeMo-RL PR #1379: the exporter fills one buffer while the other is
+    # broadcast), pay only what the loading does not hide
+    hidden = mode == "p2p" or (mode == "broadcast" and scn.stack.weight_update_pipelined)
+    parts["link_s"] = max(0.0, link - loading) if hidden else link
     # a stack's own software stages around the link (verl's checkpoint engines, which funnel full tensors through
     # one rank: verl RFC #7262): the sender assembles and packs every full tensor, the engines load what arrived;
     # one after the other per bucket, as its profile shows. A reshard sends shards as they are: neither stage.
@@ -460,8 +448,8 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None,
     # Gather out of the shards in the trainer's dtype (Megatron BF16; an FSDP state dict FP32).
     gb = scn.stack.weight_update_gather_bytes
     tp_g, ep_g, pp_g = (group_placement(scn, k) for k in ("tp", "ep", "pp"))
-    if every_gpu_gets_all:
-        parts["gather_s"] = _gather_everything_s(scn, p, gb, tp_g, ep_g, pp_g)
+    if every_gpu_gets_all or (mode == "broadcast" and scn.stack.weight_update_broadcast_group == "trainer"):
+        parts["gather_s"] = _gather_everything_s(scn, p, gb, tp_g, ep_g, pp_g)  # every rank exports every tensor
     else:  # each stage's leader gathers its stage (dense over TP, routed experts over EP): the largest sets it
         parts["gather_s"] = 0.0 if reshard else max(
             all_gather_s(hw, gb * d, tp_g) + all_gather_s(hw, gb * e, ep_g)

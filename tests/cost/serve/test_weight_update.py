@@ -8,9 +8,15 @@ import dataclasses
 import pytest
 
 from perfmodel.cost.comm import send_recv_s
-from perfmodel.cost.serve.refit_anchors import RESHARD_FIXED_S, RESHARD_RUNS, RESHARD_TENSOR_S, hf_tensors
-from perfmodel.cost.serve.weight_update import (
+from perfmodel.cost.serve.refit_anchors import (
     GB300_BUCKET_RUNS,
+    RESHARD_FIXED_S,
+    RESHARD_RUNS,
+    RESHARD_TENSOR_S,
+    bucket_fit,
+    hf_tensors,
+)
+from perfmodel.cost.serve.weight_update import (
     MIB,
     P2P_RUNS,
     P2P_TENSOR_S,
@@ -20,7 +26,6 @@ from perfmodel.cost.serve.weight_update import (
     RESUME_S,
     WeightUpdateParams,
     _params,
-    bucket_fit,
     weight_update_time,
 )
 from perfmodel.errors import InputError
@@ -274,3 +279,25 @@ def test_colocated_gather_moves_local_slices_across_stages_then_gathers_within_t
                  + all_gather_s(one.hardware, 2.0 * sum(p1.stage_expert) / lay1.etp, group_placement(one, "ep"))
                  + all_gather_s(one.hardware, 2.0 * sum(p1.stage_expert), group_placement(one, "etp")))
     assert weight_update_time(one).parts["gather_s"] == pytest.approx(expected1, rel=1e-9)
+
+
+def test_a_trainer_wide_broadcast_exports_everywhere_and_hides_the_ring_under_the_export():
+    """NeMo-RL v0.4+ (stack knob weight_update_broadcast_group: trainer): every training rank and every rollout GPU
+    join one group and every training rank runs the exporter; the ring crosses full nodes on all their NICs, and the
+    exporter's next buffer overlaps this one's broadcast (PR #1379). The same case with the default group (one
+    sender on its own NIC, stage leaders exporting their stage, nothing overlapped) is the old price."""
+    from perfmodel.cost.comm import GroupPlacement, _busbw_out, broadcast_s
+
+    scn = build_scenario(load_case(WU_CASES / "nemorl-h100-deepseek-v3-wu-nccl.yaml"))
+    assert scn.stack.weight_update_broadcast_group == "trainer" and scn.stack.weight_update_pipelined
+    r, hw = weight_update_time(scn), scn.hardware
+    assert scn.run.rl.actor_gpus + scn.run.rl.rollout_gpus == 288
+    assert r.parts["gather_s"] > 5.0  # every rank gathers every stage's tensors, not one stage's
+    ring = broadcast_s(hw, r.transferred_bytes, GroupPlacement(288, 8))
+    assert ring < r.parts["gather_s"] and r.parts["link_s"] == 0.0  # hidden under the export
+    sources = dataclasses.replace(scn, stack=scn.stack.with_knobs(
+        {"weight_update_broadcast_group": "sources", "weight_update_pipelined": False}, source="test"))
+    old = weight_update_time(sources)
+    assert old.parts["link_s"] == pytest.approx(r.transferred_bytes / _busbw_out(hw), rel=0.01)
+    assert old.parts["gather_s"] < 0.1 * r.parts["gather_s"]  # only the stage leaders, one stage each
+    assert old.total_s > 3 * r.total_s
