@@ -27,7 +27,7 @@ TRAIN, ROLLOUT, WEIGHT_UPDATE = "stack.train_compute_scale", "stack.rollout_comp
 COMPONENTS = (TRAIN, ROLLOUT, WEIGHT_UPDATE)
 
 # Maximum-likelihood spreads from scripts/prior_sigmas.py (SIGMAS_FILE, its `sigma_log`).
-ZERO_SHOT_SIGMA_LOG: dict[str, float] = {TRAIN: 0.410, ROLLOUT: 0.577, WEIGHT_UPDATE: 0.415}
+ZERO_SHOT_SIGMA_LOG: dict[str, float] = {TRAIN: 0.407, ROLLOUT: 0.577, WEIGHT_UPDATE: 0.415}
 
 
 def zero_shot_parameters(scn: Scenario) -> list[str]:

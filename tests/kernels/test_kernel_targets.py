@@ -19,7 +19,6 @@ KNOWN_MISSES = {
     ("gemm fp8 engine", "gb300", "bulk"),
     ("gemm fp8_block engine", "gb300", "bulk"),
     ("attention_prefill train", "gb200", "bulk"),  # 1.16: Blackwell's exponentials at GB200's clock, B200's fit
-    ("all_to_all nccl", "gb200", "bulk"),  # 0.85 over 16 rows
     # A100 (Ampere) takes Hopper's fitted kernel terms, an assumption its rows reject: NCCL's small-message floor,
     # its engines' attention kernels (0.66-0.96 apart by engine; FlashAttention-2's published range brings the
     # training lane in and the engines' to 0.79) and the engines' fused MoE run slower than Hopper's
