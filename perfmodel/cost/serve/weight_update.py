@@ -269,13 +269,12 @@ def _link_s(scn: Scenario, wp: WeightUpdateParams, xfer: float, pp_g: GroupPlace
         link = 2.0 * xfer / hbm_rate(hw)  # clone of every flattened bucket into SGLang-owned memory (read + write)
         return link, (_broadcast_busbw(hw, pp_g) if lay.pp > 1 else hbm_rate(hw))
     if rl.weight_update.mode == "broadcast":
+        span = rl.actor_gpus + rl.rollout_gpus if not colocated else rl.rollout_gpus
         if scn.stack.weight_update_broadcast_group == "trainer":
             # NeMo-RL v0.4+: every training rank and every rollout GPU in one group, rank 0 the root (grpo.py
             # world_size = train + inference; packed_broadcast_producer(src=0) on every training worker)
-            span = rl.actor_gpus + rl.rollout_gpus if not colocated else rl.rollout_gpus
             g = _span_placement(hw, span, span)
             return broadcast_s(hw, xfer, g), _broadcast_busbw(hw, g)
-        span = rl.actor_gpus + rl.rollout_gpus if not colocated else rl.rollout_gpus
         g = _span_placement(hw, rl.rollout_gpus + 1, span)  # a stage leader + every rollout GPU
         # every rollout GPU receives the whole model, one stage after another: Miles serializes the stages'
         # broadcasts with a Ray lock (docs/rl-phases.md, section 2), verl and NeMo-RL v0.3 broadcast from
@@ -432,6 +431,8 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None,
     # Miles buckets the HF tensors of one pipeline stage at a time
     n_buckets = 0 if mode == "disk" else sum(math.ceil(b / bucket) for b in stage_bytes if b > 0)
     every_gpu_gets_all = colocated and mode == "ipc"
+    # every training rank runs the exporter over the whole model: colocated IPC, and NeMo-RL's trainer-wide broadcast
+    exports_all = every_gpu_gets_all or (mode == "broadcast" and scn.stack.weight_update_broadcast_group == "trainer")
 
     parts: dict[str, float] = {}
     after: dict[str, float] = {}
@@ -448,15 +449,15 @@ def weight_update_time(scn: Scenario, params: WeightUpdateParams | None = None,
     # Gather out of the shards in the trainer's dtype (Megatron BF16; an FSDP state dict FP32).
     gb = scn.stack.weight_update_gather_bytes
     tp_g, ep_g, pp_g = (group_placement(scn, k) for k in ("tp", "ep", "pp"))
-    if every_gpu_gets_all or (mode == "broadcast" and scn.stack.weight_update_broadcast_group == "trainer"):
-        parts["gather_s"] = _gather_everything_s(scn, p, gb, tp_g, ep_g, pp_g)  # every rank exports every tensor
+    if exports_all:
+        parts["gather_s"] = _gather_everything_s(scn, p, gb, tp_g, ep_g, pp_g)
     else:  # each stage's leader gathers its stage (dense over TP, routed experts over EP): the largest sets it
         parts["gather_s"] = 0.0 if reshard else max(
             all_gather_s(hw, gb * d, tp_g) + all_gather_s(hw, gb * e, ep_g)
             for d, e in zip(p.stage_dense, p.stage_expert))  # a reshard sends shards as they are
 
-    if fp8:  # read BF16, write FP8 + one FP32 scale per block; all of it on every GPU when colocated
-        quant_params = p.quantizable if every_gpu_gets_all else p.quantizable / (rl.actor_gpus if reshard else lay.pp)
+    if fp8:  # read BF16, write FP8 + one FP32 scale per block; all of it on every GPU that exports everything
+        quant_params = p.quantizable if exports_all else p.quantizable / (rl.actor_gpus if reshard else lay.pp)
         parts["quantize_s"] = quant_params * (2.0 + wq) / hbm_rate(hw)
     else:
         parts["quantize_s"] = 0.0
