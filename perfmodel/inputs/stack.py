@@ -19,11 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from perfmodel.errors import InputError
+from perfmodel.inputs.cuda_graph_scope import CudaGraphScope
 from perfmodel.inputs.loading import first_error, parse, read_mapping
 
 AttentionKernel = Literal["flash", "materialized"]
@@ -34,30 +35,6 @@ GroupedGemmLaunch = Literal["multi_stream", "single"]
 EngineMemoryRule = Literal["sglang", "vllm"]
 
 
-CUDA_GRAPH_SCOPE_PARTS = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
-"""TransformerEngine's per-layer capture parts as megatron-core's --cuda-graph-scope names them
-(cost/train/cuda_graphs.py prices what each leaves to the host); `none` and `full_iteration` name no part or every
-op."""
-
-
-def scope_parts(scope: str) -> frozenset[str]:
-    """The parts a CUDA graph scope names ('attn+moe_router+moe_preprocess'); ValueError naming the valid ones."""
-    if scope in ("none", "full_iteration"):
-        return frozenset()
-    parts = frozenset(p.strip() for p in scope.split("+"))
-    unknown = sorted(parts - set(CUDA_GRAPH_SCOPE_PARTS))
-    if unknown or not parts:
-        raise ValueError(f"unknown CUDA graph scope part {', '.join(unknown) or repr(scope)}: give none, "
-                         f"full_iteration, or parts joined with '+' of {', '.join(CUDA_GRAPH_SCOPE_PARTS)}")
-    return parts
-
-
-def _cuda_graph_scope(value: str) -> str:
-    scope_parts(value)  # raises naming the valid parts
-    return value
-
-
-CudaGraphScope = Annotated[str, AfterValidator(_cuda_graph_scope)]
 
 
 def stacks_dir() -> Path:
@@ -188,6 +165,10 @@ class Stack(BaseModel):
         doc="host time per request per decode step (sampling, detokenizing, streaming) not hidden by the device")
     rollout_prefill_host_s: float = knob(
         5.0e-3, part="rollout", fit="rl", ge=0, doc="host time per prefill batch not hidden by the device")
+    rollout_prefill_kernel_host_s: float = knob(
+        4.8e-5, part="rollout", fit="rl", ge=0,
+        doc="host time to issue one kernel of an eager prefill forward (0: a CUDA graph or the host keeps ahead); "
+            "a forward takes at least its kernels' issue time")
     rollout_memory_rule: EngineMemoryRule = knob(
         "sglang", part="rollout",
         doc="how the engine sizes its KV pool (`cost/memory/rollout.py` engine_static_bytes): sglang, its "

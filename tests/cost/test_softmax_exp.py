@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from perfmodel.cost.compute import attention_time_s, softmax_exp_s
-from perfmodel.cost.serve.engine import EngineCost
+from perfmodel.cost.serve.engine import EngineCost, rollout_params_for
 from perfmodel.cost.train.attention import attention_work, mean_keys_per_query
 from perfmodel.cost.train.work import Shard
 from perfmodel.inputs.case import load_case
@@ -54,8 +54,9 @@ def test_the_engine_prefill_pays_each_causal_score_of_each_layer_once() -> None:
     prompt token, p (p + 1) / 2 pairs per prompt."""
     scn = build_scenario(load_case(REPO / "studies" / "validation" / "sglang-serving" / "cases"
                                    / "serve-b200-dsr1-fp8-tp8-1k1k-c64.yaml"))
-    cost = EngineCost(scn)
-    without = EngineCost(scn)
+    device_bound = dataclasses.replace(rollout_params_for(scn), prefill_kernel_host_s=0.0)  # no issue-time floor
+    cost = EngineCost(scn, device_bound)
+    without = EngineCost(scn, device_bound)
     without.hw = dataclasses.replace(cost.hw, attention_softmax_exp_per_s=0.0)
     g = cost.geo
     heads = sum(layer.attention.num_heads / g.attn_tp for layer in cost.model.layers) / g.attn_dp

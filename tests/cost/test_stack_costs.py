@@ -99,3 +99,19 @@ def _post_hbm(wu) -> float:
     """The post-process part that is an HBM pass, not a fixed call: total post-process minus its fixed share."""
     scn = _scn(memory_saver=False, weight_update_fixed_s=0.0)
     return weight_update_time(scn).parts["post_process_s"]
+
+
+def test_an_eager_prefill_forward_takes_at_least_its_kernels_issue_time() -> None:
+    """EngineCost.prefill_s: each chunk's forward is the longer of its device time and kernels x layers x the
+    stack's per-kernel host time (scaled by the host CPU's factor); the batch's scheduling time adds after."""
+    base = EngineCost(_scn(rollout_prefill_kernel_host_s=0.0, rollout_request_host_s=0.0))
+    chunk = base.params.chunked_prefill_tokens
+    prompts = [chunk, chunk, 5]  # three forwards: two full chunks and a short one
+    host = 3 * base.params.prefill_host_overhead_s
+    kernels = base.kernels_per_layer * base.n_layers * base.hw.host_op_time_factor
+    per_kernel = 10 * base.prefill_s(prompts) / kernels  # each forward's issue above the whole prefill's device time
+    eager = EngineCost(_scn(rollout_prefill_kernel_host_s=per_kernel, rollout_request_host_s=0.0))
+    assert eager.prefill_s(prompts) == pytest.approx(3 * per_kernel * kernels + host)
+    # where the device is slower than the issue, the issue hides under it
+    hidden = EngineCost(_scn(rollout_prefill_kernel_host_s=1e-12, rollout_request_host_s=0.0))
+    assert hidden.prefill_s(prompts) == pytest.approx(base.prefill_s(prompts))

@@ -16,6 +16,7 @@ from perfmodel.cost.serve.engine import (
     decode_kv_heads,
     decode_step_time_s,
     engine_geometry,
+    rollout_params_for,
 )
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import load_case
@@ -110,7 +111,7 @@ def test_kv_capacity_back_pressure_caps_the_batch_and_lengthens_the_rollout():
     assert max(tight.engine_max_batch) < 10  # reserves actual lengths: a few more than 3 fit
     assert tight.rollout_time_s > 2.0 * free.rollout_time_s
     assert tight.tokens_generated == free.tokens_generated
-    worst = simulate_rollout(_scn(d), params=RolloutParams(kv_admission="max"))
+    worst = simulate_rollout(_scn(d), params=dataclasses.replace(rollout_params_for(_scn(d)), kv_admission="max"))
     assert max(worst.engine_max_batch) == cap_requests
     assert worst.rollout_time_s >= tight.rollout_time_s
 
@@ -337,13 +338,14 @@ def test_each_prompt_token_pays_its_prefill_attention_heads_fixed_time():
     """EngineCost.prefill_s: per prompt token, each layer's query heads on the GPU pay the profile's prefill time
     per query row and head, on top of the (query, key) pairs' FLOPs."""
     d = _base()
-    cost = EngineCost(_scn(d))
+    device_bound = dataclasses.replace(rollout_params_for(_scn(d)), prefill_kernel_host_s=0.0)  # no issue-time floor
+    cost = EngineCost(_scn(d), device_bound)
     hw, g = cost.hw, cost.geo
     heads = sum(layer.attention.num_heads / g.attn_tp for layer in cost.model.layers)
     assert cost.prefill_query_s == pytest.approx(heads * hw.attention_prefill_query_head_s / g.attn_dp
                                                  * cost.compute_scale)
     assert cost.prefill_query_s > 0
-    without = EngineCost(_scn(d))
+    without = EngineCost(_scn(d), device_bound)
     without.prefill_query_s = 0.0
     prompts = [300, 700, 700]
     assert cost.prefill_s(prompts) - without.prefill_s(prompts) == pytest.approx(1700 * cost.prefill_query_s)

@@ -100,6 +100,9 @@ class RolloutParams:
     0, SGLang's overlap scheduler hides it on a GPU)."""
     prefill_host_overhead_s: float = 5.0e-3
     """Python scheduling of a prefill batch: the stack's `rollout_prefill_host_s` (stacks/default.yaml)."""
+    prefill_kernel_host_s: float = 0.0
+    """Host time to issue one kernel of an eager prefill forward (the stack's `rollout_prefill_kernel_host_s`, x the
+    host CPU's `host_op_time_factor`): a forward without a CUDA graph takes at least its kernels' issue time."""
     chunked_prefill_tokens: int = SGLANG_CHUNKED_PREFILL_TOKENS
     client_concurrency_per_engine: int = MILES_SERVER_CONCURRENCY_PER_ENGINE
     client_concurrency: int | None = None  # all engines together, overriding the above (a serving benchmark)
@@ -112,7 +115,9 @@ class RolloutParams:
 def rollout_params_for(scn: Scenario) -> RolloutParams:
     """The rollout parameters a scenario's stack states (its host time per decode step and per prefill)."""
     return RolloutParams(decode_host_overhead_s=scn.stack.rollout_decode_host_s,
-                         prefill_host_overhead_s=scn.stack.rollout_prefill_host_s)
+                         prefill_host_overhead_s=scn.stack.rollout_prefill_host_s,
+                         prefill_kernel_host_s=scn.stack.rollout_prefill_kernel_host_s
+                         * scn.hardware.host_op_time_factor)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -434,18 +439,13 @@ class EngineCost:
         return t
 
     def prefill_s(self, prompts: list[int]) -> float:
-        """Prefill of the admitted prompts, in chunks of `chunked_prefill_tokens` (each a full forward)."""
+        """Prefill of the admitted prompts, in chunks of `chunked_prefill_tokens` (each a full forward). A forward
+        runs eagerly (no CUDA graph): it takes the longer of its device time and its kernels' issue time on the
+        host (`prefill_kernel_host_s` per kernel; the attention and the per-row time spread over the chunks by
+        their tokens), then the batch's scheduling (`prefill_host_overhead_s`)."""
         total = sum(prompts)
         if total <= 0:
             return 0.0
-        host = len(prompts) * self.request_host_s
-        chunk = max(1, self.params.chunked_prefill_tokens)
-        t = 0.0
-        left = total
-        while left > 0:
-            n = min(chunk, left)
-            t += self.gemm_s(n) + self.comm_s(n) + self.floor_s(prefill=True) + self.params.prefill_host_overhead_s
-            left -= n
         # Causal attention over the prompt: sum_{x=1..p} min(x / r, cap) entries per component, compute-bound, and
         # the softmax's exponentials where they do not hide under the MMAs (cost/compute.py softmax_exp_s).
         flops = scores = 0.0
@@ -460,7 +460,17 @@ class EngineCost:
                 flops += c.flops * entries
                 scores += c.scores * entries
         attention = flops / self.peak_attn + softmax_exp_s(self.hw, scores) * self.compute_scale
-        return t + attention + total * self.prefill_query_s + host
+        per_token = (attention + total * self.prefill_query_s) / total
+        issue = self.kernels_per_layer * self.n_layers * self.params.prefill_kernel_host_s
+        chunk = max(1, self.params.chunked_prefill_tokens)
+        t = len(prompts) * self.request_host_s
+        left = total
+        while left > 0:
+            n = min(chunk, left)
+            device = self.gemm_s(n) + self.comm_s(n) + self.floor_s(prefill=True) + n * per_token
+            t += max(device, issue) + self.params.prefill_host_overhead_s
+            left -= n
+        return t
 
     def step_breakdown(self, batch: int, ctx: float) -> dict[str, float]:
         """One decode step of `batch` requests all at context `ctx`, by part (seconds)."""

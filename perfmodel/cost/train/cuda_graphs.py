@@ -13,7 +13,7 @@ forward).
 
 from __future__ import annotations
 
-from perfmodel.inputs.stack import scope_parts
+from perfmodel.inputs.cuda_graph_scope import scope_parts
 
 FWD_OPS: dict[str, dict[str, float]] = {
     "dense": {"attn": 79.0, "mlp": 22.0},
