@@ -195,15 +195,19 @@ def softmax_exp_s(hw: HardwareProfile, scores: float) -> float:
 
 def attention_time_s(
     hw: HardwareProfile, flops: float, nbytes: float, dtype: str = "bf16", backward: bool = False,
-    query_heads: float = 0.0, scores: float = 0.0,
+    query_heads: float = 0.0, scores: float = 0.0, sparse: bool = False,
 ) -> float:
     """A fused attention kernel (flash style): its fixed time (the profile's prefill attention floor), then
     GEMM-like compute at a lower relative efficiency plus the softmax's exponentials (`scores`, softmax_exp_s; a
     backward recomputes them once), or HBM; a forward also pays its time per query row and head (`query_heads`:
-    rows x heads; measured on forwards only, so a backward is priced without it)."""
+    rows x heads; measured on forwards only, so a backward is priced without it). `sparse`: DeepSeek-V4's
+    sparse-MLA core, at its own relative efficiencies."""
     if flops <= 0 and nbytes <= 0:
         return 0.0
-    rel = hw.attention_bwd_rel_efficiency if backward else hw.attention_fwd_rel_efficiency
+    if sparse:
+        rel = hw.attention_sparse_bwd_rel_efficiency if backward else hw.attention_sparse_fwd_rel_efficiency
+    else:
+        rel = hw.attention_bwd_rel_efficiency if backward else hw.attention_fwd_rel_efficiency
     rows = 0.0 if backward else query_heads * hw.attention_prefill_query_head_s
     compute = compute_time_s(hw, flops, dtype, rel) + softmax_exp_s(hw, scores)
     return hw.attention_prefill_floor_s + rows + max(compute, memory_bound_time_s(hw, nbytes))

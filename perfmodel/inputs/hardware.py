@@ -105,6 +105,8 @@ class HardwareProfile:
     attention_softmax_exp_per_s: float  # 0: the softmax's exponentials hide under the attention MMAs
     attention_fwd_rel_efficiency: float  # the flash-attention forward's math rate vs the BF16 GEMM max
     attention_bwd_rel_efficiency: float  # ... and its backward's
+    attention_sparse_fwd_rel_efficiency: float  # DeepSeek-V4's sparse-MLA core's forward (absent: the dense value)
+    attention_sparse_bwd_rel_efficiency: float  # ... and its backward's
     engine_quant_fixed_s: float
     engine_gemm_fp8_rel_efficiency: float
     engine_gemm_fp8_block_rel_efficiency: float
@@ -237,6 +239,9 @@ def _collect_sources(node: Any, prefix: str, out: dict[str, str]) -> None:
 def _attention_fields(e: EfficiencyFile) -> dict[str, float]:
     """The attention kernels' terms of a profile's efficiency section (optional ones at their defaults)."""
     rel = e.attention_rel_efficiency
+    fwd = rel.forward.value if rel else ATTENTION_FWD_REL_EFFICIENCY
+    bwd = rel.backward.value if rel else ATTENTION_BWD_REL_EFFICIENCY
+    sparse_fwd, sparse_bwd = (rel.sparse_mla_forward, rel.sparse_mla_backward) if rel else (None, None)
     return {
         "attention_decode_floor_s": e.attention_floor_s.decode.value,
         "attention_prefill_floor_s": e.attention_floor_s.prefill.value,
@@ -244,8 +249,10 @@ def _attention_fields(e: EfficiencyFile) -> dict[str, float]:
         "attention_decode_query_head_s": e.attention_floor_s.decode_query_head.value,
         "attention_prefill_query_head_s": e.attention_floor_s.prefill_query_head.value,
         "attention_softmax_exp_per_s": e.attention_softmax_exp_per_s.value if e.attention_softmax_exp_per_s else 0.0,
-        "attention_fwd_rel_efficiency": rel.forward.value if rel else ATTENTION_FWD_REL_EFFICIENCY,
-        "attention_bwd_rel_efficiency": rel.backward.value if rel else ATTENTION_BWD_REL_EFFICIENCY,
+        "attention_fwd_rel_efficiency": fwd,
+        "attention_bwd_rel_efficiency": bwd,
+        "attention_sparse_fwd_rel_efficiency": sparse_fwd.value if sparse_fwd else fwd,
+        "attention_sparse_bwd_rel_efficiency": sparse_bwd.value if sparse_bwd else bwd,
     }
 
 

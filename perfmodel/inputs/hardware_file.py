@@ -140,6 +140,10 @@ class AttentionRelFile(_Strict):
 
     forward: Frac
     backward: Frac
+    # DeepSeek-V4's fused sparse-MLA core (one 512-dim latent shared as K and V by every head, gathered top-k
+    # entries, a sink): its own kernels, slower than a dense flash core on some GPUs; absent: the dense values
+    sparse_mla_forward: Frac | None = None
+    sparse_mla_backward: Frac | None = None
 
 
 class EngineGemmRelFile(_Strict):

@@ -54,3 +54,30 @@ def test_a_hardware_file_without_it_takes_flash_attention_3s(tmp_path) -> None:
     mine = load_hardware(str(path))
     assert (mine.attention_fwd_rel_efficiency, mine.attention_bwd_rel_efficiency) == (
         ATTENTION_FWD_REL_EFFICIENCY, ATTENTION_BWD_REL_EFFICIENCY)
+
+
+def test_deepseek_v4s_sparse_mla_core_runs_at_its_own_rate_where_a_profile_states_one() -> None:
+    """`sparse_mla_forward` / `sparse_mla_backward`: the DSV4 core's own rates (MI355X: Primus' gluon_v3 kernels);
+    a profile without them prices the core at its dense flash rates."""
+    mi355x = load_hardware("mi355x")
+    flops = 4e13
+    for backward in (False, True):
+        rel = mi355x.attention_sparse_bwd_rel_efficiency if backward else mi355x.attention_sparse_fwd_rel_efficiency
+        t = attention_time_s(mi355x, flops, 0.0, backward=backward, sparse=True)
+        assert t == pytest.approx(mi355x.attention_prefill_floor_s + compute_time_s(mi355x, flops, "bf16", rel))
+        assert t > 2 * attention_time_s(mi355x, flops, 0.0, backward=backward)  # 3-5x the dense kernels' time
+    assert H100.attention_sparse_fwd_rel_efficiency == H100.attention_fwd_rel_efficiency
+    assert H100.attention_sparse_bwd_rel_efficiency == H100.attention_bwd_rel_efficiency
+
+
+def test_only_the_dsv4_core_is_priced_as_sparse_mla() -> None:
+    from perfmodel.cost.train.attention import attention_work
+    from perfmodel.cost.train.work import Shard
+    from perfmodel.inputs.model import load_model
+
+    shard = Shard(4096.0, 4096, 1, 1, 1, 1, False, "bf16", "alltoall", "flash", "delayed", "fused",
+                  "mbridge-25.11", "single")
+    for model, sparse in (("deepseek-v4-flash", True), ("deepseek-v3", False), ("llama3-8b", False)):
+        layer = load_model(model).layers[-1]
+        cores = [k for k in attention_work(layer.attention, shard).kernels if k.name == "core_attention"]
+        assert len(cores) == 1 and cores[0].sparse is sparse, model

@@ -170,7 +170,7 @@ def _dsv4(b: Builder, a: AttentionSpec, s: Shard) -> None:
     # KV entries read once per CP rank's pass and reused from L2 across neighbouring queries (FlashMLA's
     # sparse kernels run compute-bound), plus the gathered indices.
     nbytes = rows * hl * hd * 2 * ACT_BYTES + kv_entries * hd * ACT_BYTES + rows * topk * 4
-    b.attn("core_attention", flops, nbytes, query_heads=rows * hl, scores=rows * keys * hl)
+    b.attn("core_attention", flops, nbytes, query_heads=rows * hl, scores=rows * keys * hl, sparse=True)
     groups_local = a.o_groups / tp  # wo_a is one GEMM per output group; TP splits the groups
     batch = max(1, int(groups_local))
     b.gemm("wo_a", rows, a.o_lora_rank, hl * hd / batch, batch=batch, dtype=prec)

@@ -72,7 +72,7 @@ def _kernel_time(hw: HardwareProfile, k: Kernel, backward: bool) -> float:
     if flops <= 0 and nbytes <= 0:
         return 0.0
     if k.kind == "attn":
-        return attention_time_s(hw, flops, nbytes, k.dtype, backward, k.query_heads, k.scores)
+        return attention_time_s(hw, flops, nbytes, k.dtype, backward, k.query_heads, k.scores, k.sparse)
     return memory_bound_time_s(hw, nbytes, k.kernels)
 
 

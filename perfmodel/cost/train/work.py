@@ -120,6 +120,7 @@ class Kernel:
     bwd_weight: bool = False  # its backward is a weight gradient (embedding scatter-add): W, not B
     query_heads: float = 0.0  # an attention core's query rows x heads (each pays a fixed time in the forward)
     scores: float = 0.0  # an attention core's softmax scores, query-key pairs x heads (one exponential each)
+    sparse: bool = False  # DeepSeek-V4's sparse-MLA core (the profile's sparse_mla efficiencies)
     module: str = ""
 
 
@@ -181,9 +182,9 @@ class Builder:
                                    bwd_weight=bwd_weight, module=self.module))
 
     def attn(self, name: str, flops: float, nbytes: float, dtype: str = "bf16", bwd_factor: float = ATTN_BWD_FACTOR,
-             core: bool = True, query_heads: float = 0.0, scores: float = 0.0) -> None:
+             core: bool = True, query_heads: float = 0.0, scores: float = 0.0, sparse: bool = False) -> None:
         self.kernels.append(Kernel(name, "attn", flops, nbytes, bwd_factor * flops, bwd_factor * nbytes, dtype, 1,
-                                   query_heads=query_heads, scores=scores,
+                                   query_heads=query_heads, scores=scores, sparse=sparse,
                                    module=CORE_ATTN if core else self.module))
 
     def comm(self, kind: CommKind, op: Op, nbytes: float, phase: Literal["fwd", "bwd"], overlap: bool = False,
