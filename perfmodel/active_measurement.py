@@ -38,7 +38,7 @@ import numpy as np
 from perfmodel.crossval import SCALE_GRID, CaseCurve, curves_for, fit_scale, restricted
 from perfmodel.inputs.case import ValidationCase, run_key
 from perfmodel.memo import Memo
-from perfmodel.priors import PLAN_SIGMA_LOG, ZERO_SHOT_SIGMA_LOG
+from perfmodel.priors import PLAN_SIGMA_LOG, ZERO_SHOT_SIGMA_LOG, zero_shot_sigma_log
 from perfmodel.sweep.odds import OWN_DRAWS, rank_odds
 from perfmodel.sweep.settle import SETTLE_STEPS, p_best_after, settle_pick
 from perfmodel.validation_pairs import model_key
@@ -137,7 +137,7 @@ def posterior(job: Job, measured: tuple[int, ...]) -> tuple[float, float]:
     """The multiplier's ln value and spread after the measurements: zero-shot (0, its prior) before any, else the
     calibration fit on what was measured."""
     if not measured:
-        return 0.0, ZERO_SHOT_SIGMA_LOG[f"stack.{job.knob}"]
+        return 0.0, zero_shot_sigma_log(f"stack.{job.knob}", job.kind)
     fit = fit_scale([job.curves[k] for k in measured])
     return fit.theta, fit.sigma_theta
 

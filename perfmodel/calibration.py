@@ -36,7 +36,7 @@ from perfmodel.inputs.scenario import Scenario, build_scenario
 from perfmodel.inputs.stack import NUMERIC_KNOBS, Stack
 from perfmodel.invariants import PhysicsError
 from perfmodel.memo import Memo
-from perfmodel.priors import PLAN_SIGMA_LOG, ZERO_SHOT_SIGMA_LOG, zero_shot_parameters
+from perfmodel.priors import PLAN_SIGMA_LOG, zero_shot_parameters, zero_shot_sigma_log
 
 PRIOR_SIGMA_LOG = math.log(2.0)  # a first-principles value is right within a factor of 2 (one sigma)
 RESIDUAL_SIGMA_FLOOR_LOG = 0.05  # a handful of runs says little about its own spread
@@ -431,7 +431,7 @@ def uncertain_parameters(scn: Scenario, cal: Calibration | None
         return cal.apply(scn), list(cal.names), [list(map(float, row)) for row in cal.covariance_log], \
             cal.residual_sigma_log
     keys = zero_shot_parameters(scn)
-    return scn, keys, np.diag([ZERO_SHOT_SIGMA_LOG[k] ** 2 for k in keys]).tolist(), RUN_SIGMA_LOG
+    return scn, keys, np.diag([zero_shot_sigma_log(k, scn.run.kind) ** 2 for k in keys]).tolist(), RUN_SIGMA_LOG
 
 
 def _parameter_value(scn: Scenario, key: str) -> float:

@@ -34,7 +34,7 @@ from perfmodel.inputs.scenario import build_scenario
 from perfmodel.invariants import PhysicsError
 from perfmodel.memo import Memo
 from perfmodel.predict import simulate_scenario
-from perfmodel.priors import PLAN_SIGMA_LOG, ZERO_SHOT_SIGMA_LOG, zero_shot_parameters
+from perfmodel.priors import PLAN_SIGMA_LOG, zero_shot_parameters, zero_shot_sigma_log
 from perfmodel.validation import band_stats
 
 SCALE_GRID = tuple(float(x) for x in np.exp(np.linspace(math.log(0.25), math.log(4.0), 9)))
@@ -160,7 +160,8 @@ def band(curve: CaseCurve, fit: Fit) -> tuple[np.ndarray, np.ndarray, np.ndarray
     own = max(fit.sigma_resid, PLAN_SIGMA_LOG[curve.kind])  # the other runs' scatter says nothing of this run's own
     sd = np.sqrt(own ** 2 + (curve.slope(fit.theta) * fit.sigma_theta) ** 2)
     # never wider than the zero-shot band (calibration.prediction_band's rule)
-    prior = np.sqrt(RUN_SIGMA_LOG ** 2 + (curve.slope(0.0) * ZERO_SHOT_SIGMA_LOG[f"stack.{curve.knob}"]) ** 2)
+    spread = zero_shot_sigma_log(f"stack.{curve.knob}", curve.kind)
+    prior = np.sqrt(RUN_SIGMA_LOG ** 2 + (curve.slope(0.0) * spread) ** 2)
     sd = np.minimum(sd, prior)
     return np.exp(mid - Z90 * sd), np.exp(mid), np.exp(mid + Z90 * sd)
 

@@ -24,18 +24,31 @@ SIGMAS_FILE = "studies/validation/prior-sigmas.json"
 # The multiplier per component, in the order bands and odds list them.
 TRAIN, ROLLOUT, WEIGHT_UPDATE = "stack.train_compute_scale", "stack.rollout_compute_scale", \
     "stack.weight_update_time_scale"
-COMPONENTS = (TRAIN, ROLLOUT, WEIGHT_UPDATE)
+# The trainer's host (the ops it issues one by one, at the CPU's pace): what a host-bound layer's time rides on,
+# which the compute multiplier does not move.
+HOST = "stack.host_op_time_scale"
+COMPONENTS = (TRAIN, ROLLOUT, WEIGHT_UPDATE, HOST)
+# The engine's multiplier as a serving benchmark measures it: the engine alone, as its recipe configured it. An RL
+# run's rollout adds the framework's own engine settings and handling (ROLLOUT's spread); the two are fitted apart.
+SERVE_ROLLOUT = "stack.rollout_compute_scale (serve)"
+SIGMA_KEYS = (*COMPONENTS, SERVE_ROLLOUT)
 
 # Maximum-likelihood spreads from scripts/prior_sigmas.py (SIGMAS_FILE, its `sigma_log`).
-ZERO_SHOT_SIGMA_LOG: dict[str, float] = {TRAIN: 0.407, ROLLOUT: 0.577, WEIGHT_UPDATE: 0.415}
+ZERO_SHOT_SIGMA_LOG: dict[str, float] = {TRAIN: 0.33, ROLLOUT: 0.264, WEIGHT_UPDATE: 0.443,
+                                         HOST: 0.46, SERVE_ROLLOUT: 0.517}
+
+
+def zero_shot_sigma_log(key: str, kind: str) -> float:
+    """A multiplier's zero-shot spread (ln) on a run of this kind (`kind: serve` takes the engine's own)."""
+    return ZERO_SHOT_SIGMA_LOG[SERVE_ROLLOUT if kind == "serve" and key == ROLLOUT else key]
 
 
 def zero_shot_parameters(scn: Scenario) -> list[str]:
-    """The multipliers a run's figures depend on: training for every run; the rollout and the weight update for
-    RL runs; the engine alone for a serving benchmark."""
+    """The multipliers a run's figures depend on: training (its compute and its host's op issue) for every run;
+    the rollout and the weight update for RL runs; the engine alone for a serving benchmark."""
     if scn.run.kind == "serve":
         return [ROLLOUT]
-    return [TRAIN, ROLLOUT, WEIGHT_UPDATE] if scn.run.rl else [TRAIN]
+    return [TRAIN, ROLLOUT, WEIGHT_UPDATE, HOST] if scn.run.rl else [TRAIN, HOST]
 
 
 # The part of a prediction's error that is a plan's own, in ln units, by the job's kind: the scatter of predicted

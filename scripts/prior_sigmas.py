@@ -29,7 +29,7 @@ from perfmodel.inputs.overlay import RUN_SIGMA_LOG  # noqa: E402
 from perfmodel.inputs.scenario import build_scenario  # noqa: E402
 from perfmodel.invariants import PhysicsError  # noqa: E402
 from perfmodel.memo import Memo  # noqa: E402
-from perfmodel.priors import COMPONENTS, SIGMAS_FILE  # noqa: E402
+from perfmodel.priors import ROLLOUT, SERVE_ROLLOUT, SIGMA_KEYS, SIGMAS_FILE  # noqa: E402
 from perfmodel.validation import band_stats  # noqa: E402
 from scripts.snapshot_predictions import case_folders  # noqa: E402
 
@@ -37,7 +37,7 @@ Figure = tuple[str, str, float, float, np.ndarray, str]
 
 
 def figures() -> list[Figure]:
-    """(case, metric, ln error, the case's weight, ln-sensitivities in COMPONENTS order, kind) of every scored
+    """(case, metric, ln error, the case's weight, ln-sensitivities in SIGMA_KEYS order, kind) of every scored
     figure."""
     out = []
     memo = Memo()
@@ -51,9 +51,10 @@ def figures() -> list[Figure]:
             continue
         rows = [(m, v) for m, v in case.measured.items() if v and sens.base.get(m)]
         for metric, measured in rows:
-            g = np.zeros(len(COMPONENTS))
-            for name, grad in zip(sens.names, sens.grads):
-                g[COMPONENTS.index(name)] = grad[metric]
+            g = np.zeros(len(SIGMA_KEYS))
+            for name, grad in zip(sens.names, sens.grads):  # a serving benchmark's engine spread is its own
+                key = SERVE_ROLLOUT if case.kind == "serve" and name == ROLLOUT else name
+                g[SIGMA_KEYS.index(key)] = grad[metric]
             out.append((case.id, metric, math.log(sens.base[metric] / measured), 1.0 / len(rows), g, case.kind))
     return out
 
@@ -68,7 +69,7 @@ def fit(rows: list[Figure]) -> np.ndarray:
         v = RUN_SIGMA_LOG ** 2 + g2 @ np.exp(2 * log_sigma)
         return float(np.sum(w * (np.log(v) + e ** 2 / v)))
 
-    return np.exp(minimize(nll, np.full(len(COMPONENTS), math.log(0.3)), method="Nelder-Mead",
+    return np.exp(minimize(nll, np.full(g2.shape[1], math.log(0.3)), method="Nelder-Mead",
                            options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 4000}).x)
 
 
@@ -94,8 +95,8 @@ def main() -> None:
     cases = sorted({r[0] for r in rows})
     # leave one case out: its bands from the spreads the other cases give (never its own errors)
     loo = {c: fit([r for r in rows if r[0] != c]) for c in cases}
-    informed = {c: int(sum(1 for r in rows if abs(r[4][i]) > 0.2)) for i, c in enumerate(COMPONENTS)}
-    out = {"sigma_log": {c: round(float(s), 3) for c, s in zip(COMPONENTS, sigmas)},
+    informed = {c: int(sum(1 for r in rows if abs(r[4][i]) > 0.2)) for i, c in enumerate(SIGMA_KEYS)}
+    out = {"sigma_log": {c: round(float(s), 3) for c, s in zip(SIGMA_KEYS, sigmas)},
            "figures": len(rows), "cases": len({r[0] for r in rows}),
            "figures_with_sensitivity_over_0.2": informed, "run_sigma_log": RUN_SIGMA_LOG,
            "bands_in_sample": band_check(rows, dict.fromkeys(cases, sigmas)),
@@ -103,7 +104,7 @@ def main() -> None:
            "method": "maximum likelihood, e ~ N(0, run^2 + sum_c (g_c sigma_c)^2), each case weighing one "
                      "(scripts/prior_sigmas.py)"}
     (REPO / SIGMAS_FILE).write_text(json.dumps(out, indent=1) + "\n")
-    for c, s in zip(COMPONENTS, sigmas):
+    for c, s in zip(SIGMA_KEYS, sigmas):
         print(f"{c:36s} sigma {s:.3f} (x/{math.exp(s):.2f}) from {informed[c]} figures with |g| > 0.2")
     for name in ("bands_in_sample", "bands_leave_one_case_out"):
         stats = out[name].items()

@@ -153,7 +153,8 @@ class Stack(BaseModel):
             "(torch_memory_saver); false: no sleep, wake or onload")
     rollout_compute_scale: float = knob(
         1.0, part="rollout", fit="rl", gt=0,
-        doc="a multiplier on every rate the serving engine's forwards run at (`cost/serve/engine.py`)")
+        doc="a multiplier on the serving engine's forwards (`cost/serve/engine.py`): every rate they run at, their "
+            "kernels' floors and the host's issue of an eager one")
     rollout_decode_host_s: float = knob(
         0.0, part="rollout", fit="rl", ge=0,
         doc="the serving engine's host time per decode step not hidden by the device")

@@ -112,6 +112,8 @@ def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, 
     scns = [build_scenario(RunSpec.model_validate(by_index[r["index"]].run), hardware=hw) for r in top_rows]
     _, names, cov, _ = uncertain_parameters(scns[0], overlay)
     cov_log = np.array(cov, dtype=float).reshape(len(names), len(names))
+    if len(names) == 2:  # a pretraining sweep's compute and host: the host alone may move none of its plans
+        names, cov_log = _moving(scns, overlay, names, cov_log, memo)
     rng = np.random.default_rng(seed)
     thetas = rng.multivariate_normal(np.zeros(len(names)), cov_log, size=PARAMETER_DRAWS) if names else \
         np.zeros((PARAMETER_DRAWS, 0))
@@ -136,6 +138,23 @@ def add_odds(top_rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Any, 
                      "each plan's own error only: the calibration gives its parameters no uncertainty"}
     return Odds(info, values, np.repeat(shared, OWN_DRAWS, axis=0), drawn, PLAN_SIGMA_LOG[kind],
                 tuple(names) if spread else (), np.repeat(thetas, OWN_DRAWS, axis=0) if spread else None)
+
+
+def _moving(scns: list[Any], overlay: Any, names: list[str], cov_log: np.ndarray, memo: Memo
+            ) -> tuple[list[str], np.ndarray]:
+    """The parameters up to the last that moves some plan's step (each tried at +1 sigma on every plan), with their
+    covariance: a parameter that moves none (a host no plan is bound by) cannot reorder them, and leaving it out
+    lets one parameter's draws be read off its grid (`_repriced_draws`). Only trailing ones are left out:
+    `calibration.repriced` reads a draw's columns in the parameters' order."""
+    from perfmodel.calibration import repriced
+
+    sd = np.sqrt(np.clip(np.diag(cov_log), 0.0, None))
+    moved = np.zeros(len(names), dtype=bool)
+    for scn in scns:
+        ratio = repriced(scn, overlay, np.diag(sd), "step_time_s", memo)
+        moved |= ~np.isfinite(ratio) | (np.abs(ratio - 1.0) > 1e-9)
+    keep = 1 + max((i for i in range(len(names)) if moved[i] or sd[i] == 0), default=0)
+    return names[:keep], cov_log[:keep, :keep]
 
 
 def _repriced_draws(scn: Any, overlay: Any, thetas: np.ndarray, cov_log: np.ndarray, memo: Memo) -> np.ndarray:

@@ -80,29 +80,33 @@ def test_a_draw_is_priced_exactly_kinks_included() -> None:
 
     scn = build_scenario(load_plan(SEED_PLAN))
     sens = sensitivities(scn, None)
-    assert sens.names == ["stack.train_compute_scale", "stack.rollout_compute_scale", "stack.weight_update_time_scale"]
+    assert sens.names == ["stack.train_compute_scale", "stack.rollout_compute_scale", "stack.weight_update_time_scale",
+                          "stack.host_op_time_scale"]
     up = math.log(3.0)
-    ratio = repriced(scn, None, np.array([[0.0, 0.0, 0.0], [0.0, up, 0.0], [up, 0.0, 0.0]]), "step_time_s")
+    ratio = repriced(scn, None, np.array([[0.0, 0.0, 0.0, 0.0], [0.0, up, 0.0, 0.0], [up, 0.0, 0.0, 0.0]]),
+                     "step_time_s")
     assert ratio[0] == pytest.approx(1.0, rel=1e-12) and ratio[1] > 1.0 and ratio[2] > 1.0
     first_order = math.exp(sens.grads[1]["step_time_s"] * up)
     assert ratio[1] >= first_order * (1 - 1e-6)  # a max of phases is convex: first order never overshoots
 
 
 def test_one_parameters_draws_read_off_an_exact_grid_and_exactly_where_it_breaks_physics() -> None:
-    """A pretraining plan has one uncertain parameter: each draw is read off exact re-pricings at GRID_POINTS values
-    of it (linear in ln between); below a grid value where the plan beats the GPU's peak (NaN), draws are re-priced
-    exactly. Against exact re-pricing at every draw: the same lost draws, the rest within the grid's spacing."""
+    """A pretraining plan not bound by its host has one uncertain parameter that moves it (odds._moving leaves the
+    host's out): each draw is read off exact re-pricings at GRID_POINTS values of it (linear in ln between); below a
+    grid value where the plan beats the GPU's peak (NaN), draws are re-priced exactly. Against exact re-pricing at
+    every draw: the same lost draws, the rest within the grid's spacing."""
     from perfmodel.calibration import repriced, uncertain_parameters
     from perfmodel.inputs.case import load_case
     from perfmodel.inputs.scenario import build_scenario
     from perfmodel.memo import Memo
-    from perfmodel.sweep.odds import GRID_POINTS, _repriced_draws
+    from perfmodel.sweep.odds import GRID_POINTS, _moving, _repriced_draws
     from tests.conftest import CASES_DIR
 
     scn = build_scenario(load_case(CASES_DIR / "mbridge-h100-sxm-llama3-8b-fp8.yaml"))
     _, names, cov, _ = uncertain_parameters(scn, None)
+    assert names == ["stack.train_compute_scale", "stack.host_op_time_scale"]
+    names, cov_log = _moving([scn], None, names, np.array(cov, dtype=float), Memo())
     assert names == ["stack.train_compute_scale"]
-    cov_log = np.array(cov, dtype=float)
     thetas = np.random.default_rng(3).normal(0.0, math.sqrt(cov_log[0, 0]), size=(PARAMETER_DRAWS, 1))
     thetas[:2, 0] = (-2.5, 2.5)  # one far below (faster than the peak), one far above the grid's middle
     exact = repriced(scn, None, thetas, "step_time_s")
@@ -173,3 +177,21 @@ def test_a_sweeps_summary_names_the_settling_launch_of_one_of_its_top_plans(tmp_
     assert [c["rank"] for c in whole] == [t["rank"] for t in ranking.top] and settle["gpus"] > 0
     assert settle["expected_s"] > 0 and len(settle["candidates"]) <= len(whole) + 2  # and at most two smaller
     assert settle["p_best_after"] >= max(c["p_best_after"] for c in settle["candidates"]) - 0.01
+
+
+def test_the_hosts_spread_stays_where_a_plan_is_bound_by_its_host() -> None:
+    """odds._moving: B200's Qwen3-30B-A3B at one micro-batch is host-bound (the host's op issue moves its step), so
+    both the compute and the host multipliers are drawn; the H100 Llama 3 8B plan above moves with compute alone."""
+    from perfmodel.calibration import uncertain_parameters
+    from perfmodel.inputs.case import load_case
+    from perfmodel.inputs.scenario import build_scenario
+    from perfmodel.memo import Memo
+    from perfmodel.sweep.odds import _moving
+    from tests.conftest import REPO
+
+    scn = build_scenario(load_case(REPO / "studies/validation/mbridge-archive/cases"
+                                   / "mb25.11-b200-qwen3-30b-a3b-fp8-mx-8g-tp1pp1cp1vp1ep8-mbs1.yaml"))
+    _, names, cov, _ = uncertain_parameters(scn, None)
+    kept, cov_kept = _moving([scn], None, names, np.array(cov, dtype=float), Memo())
+    assert kept == names == ["stack.train_compute_scale", "stack.host_op_time_scale"]
+    assert cov_kept.shape == (2, 2)

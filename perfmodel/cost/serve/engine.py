@@ -441,8 +441,8 @@ class EngineCost:
     def prefill_s(self, prompts: list[int]) -> float:
         """Prefill of the admitted prompts, in chunks of `chunked_prefill_tokens` (each a full forward). A forward
         runs eagerly (no CUDA graph): it takes the longer of its device time and its kernels' issue time on the
-        host (`prefill_kernel_host_s` per kernel; the attention and the per-row time spread over the chunks by
-        their tokens), then the batch's scheduling (`prefill_host_overhead_s`)."""
+        host (`prefill_kernel_host_s` per kernel, x the stack's multiplier; the attention and the per-row time
+        spread over the chunks by their tokens), then the batch's scheduling (`prefill_host_overhead_s`)."""
         total = sum(prompts)
         if total <= 0:
             return 0.0
@@ -461,7 +461,8 @@ class EngineCost:
                 scores += c.scores * entries
         attention = flops / self.peak_attn + softmax_exp_s(self.hw, scores) * self.compute_scale
         per_token = (attention + total * self.prefill_query_s) / total
-        issue = self.kernels_per_layer * self.n_layers * self.params.prefill_kernel_host_s
+        # the engine's multiplier scales the issue as it scales the kernels' floors (floor_s)
+        issue = self.kernels_per_layer * self.n_layers * self.params.prefill_kernel_host_s * self.compute_scale
         chunk = max(1, self.params.chunked_prefill_tokens)
         t = len(prompts) * self.request_host_s
         left = total
