@@ -34,7 +34,7 @@ from perfmodel.inputs.scenario import build_scenario
 from perfmodel.invariants import PhysicsError
 from perfmodel.memo import Memo
 from perfmodel.predict import simulate_scenario
-from perfmodel.priors import PLAN_SIGMA_LOG, zero_shot_parameters, zero_shot_sigma_log
+from perfmodel.priors import PLAN_SIGMA_LOG, refit_parameters, zero_shot_parameters, zero_shot_sigma_log
 from perfmodel.validation import band_stats
 
 SCALE_GRID = tuple(float(x) for x in np.exp(np.linspace(math.log(0.25), math.log(4.0), 9)))
@@ -54,6 +54,9 @@ class CaseCurve:
     kind: str = "pretrain"  # pretrain, rl or serve: the summary's per-kind rows
     step_time_s: float | None = None  # the step predicted zero-shot (what launching the run would take)
     knob: str = "train_compute_scale"  # the stack multiplier the grid varies
+    # per metric, the zero-shot variance (ln) of the multipliers not refitted (the trainer's host): the cap of a
+    # calibrated band (`band`) is the whole zero-shot band, as `perfmodel validate --band` draws it
+    other_var: dict[str, float] = field(default_factory=dict)
 
     def at(self, theta: float) -> np.ndarray:
         """Log predictions at log-scale theta, interpolated on the grid (clamped at its ends)."""
@@ -107,16 +110,45 @@ def restricted(curve: CaseCurve, metrics: list[str]) -> CaseCurve:
     """The curve of these of its figures only."""
     idx = [curve.metrics.index(m) for m in metrics]
     return dataclasses.replace(curve, metrics=list(metrics), log_measured=curve.log_measured[idx],
-                               log_pred=curve.log_pred[:, idx], zero_shot={m: curve.zero_shot[m] for m in metrics})
+                               log_pred=curve.log_pred[:, idx], zero_shot={m: curve.zero_shot[m] for m in metrics},
+                               other_var={m: v for m, v in curve.other_var.items() if m in metrics})
+
+
+def _unrefitted_variance(case: ValidationCase, path: str, memo: Memo) -> dict[str, float]:
+    """Per metric, (ln-sensitivity x zero-shot spread)^2 summed over the case's zero-shot multipliers a calibration
+    does not refit (`priors.refit_parameters`), each by one finite difference."""
+    scn = build_scenario(case, source=path)
+    keys = [k for k in zero_shot_parameters(scn) if k not in refit_parameters(scn)]
+    if not keys:
+        return {}
+    base = simulate_scenario(scn, memo=memo).metrics()
+    out: dict[str, float] = {}
+    h = 0.05
+    for key in keys:
+        knob = key.removeprefix("stack.")
+        value = getattr(scn.stack, knob)
+        if not value:
+            continue
+        stack = scn.stack.with_knobs({knob: value * math.exp(h)}, "cv sensitivity")
+        up = simulate_scenario(dataclasses.replace(scn, stack=stack), memo=memo).metrics()
+        for m, b in base.items():
+            if b and up.get(m):
+                g = math.log(up[m] / b) / h
+                out[m] = out.get(m, 0.0) + (g * zero_shot_sigma_log(key, case.kind)) ** 2
+    return out
 
 
 def component_curves(case: ValidationCase, path: str, memo: Memo) -> list[CaseCurve]:
-    """A case's curves over each multiplier its figures depend on (`priors.zero_shot_parameters`: training; for RL
+    """A case's curves over each multiplier a calibration refits (`priors.refit_parameters`: training; for RL
     runs also the engine and the weight update; the engine alone for a serving benchmark), each figure kept on the
     one that moves it most (its ln-slope at first principles): a rollout time is calibrated by the engine's
     multiplier, a weight update by the weight update's, as `perfmodel calibrate` fits them."""
-    knobs = [name.removeprefix("stack.") for name in zero_shot_parameters(build_scenario(case, source=path))]
+    knobs = [name.removeprefix("stack.") for name in refit_parameters(build_scenario(case, source=path))]
     curves = [c for k in knobs if (c := case_curve(case, path, memo, k)) is not None]
+    if curves:
+        other = _unrefitted_variance(case, path, memo)
+        for c in curves:
+            c.other_var = {m: other.get(m, 0.0) for m in c.metrics}
     owner: dict[str, tuple[str, float]] = {}
     for c in curves:
         for m, g in zip(c.metrics, np.abs(c.slope(0.0))):
@@ -158,10 +190,11 @@ def band(curve: CaseCurve, fit: Fit) -> tuple[np.ndarray, np.ndarray, np.ndarray
     """(P10, P50, P90) predictions of a case's metrics under `fit`."""
     mid = curve.at(fit.theta)
     own = max(fit.sigma_resid, PLAN_SIGMA_LOG[curve.kind])  # the other runs' scatter says nothing of this run's own
-    sd = np.sqrt(own ** 2 + (curve.slope(fit.theta) * fit.sigma_theta) ** 2)
+    other = np.array([curve.other_var.get(m, 0.0) for m in curve.metrics])  # not refitted: at its zero-shot spread
+    sd = np.sqrt(own ** 2 + (curve.slope(fit.theta) * fit.sigma_theta) ** 2 + other)
     # never wider than the zero-shot band (calibration.prediction_band's rule)
     spread = zero_shot_sigma_log(f"stack.{curve.knob}", curve.kind)
-    prior = np.sqrt(RUN_SIGMA_LOG ** 2 + (curve.slope(0.0) * spread) ** 2)
+    prior = np.sqrt(RUN_SIGMA_LOG ** 2 + (curve.slope(0.0) * spread) ** 2 + other)
     sd = np.minimum(sd, prior)
     return np.exp(mid - Z90 * sd), np.exp(mid), np.exp(mid + Z90 * sd)
 
