@@ -27,6 +27,7 @@ from perfmodel.calibration import (
     RUN_SIGMA_LOG,
     Z90,
     residual_scatter,
+    sensitivities,
 )
 from perfmodel.errors import InputError
 from perfmodel.inputs.case import ValidationCase, run_key
@@ -116,25 +117,21 @@ def restricted(curve: CaseCurve, metrics: list[str]) -> CaseCurve:
 
 def _unrefitted_variance(case: ValidationCase, path: str, memo: Memo) -> dict[str, float]:
     """Per metric, (ln-sensitivity x zero-shot spread)^2 summed over the case's zero-shot multipliers a calibration
-    does not refit (`priors.refit_parameters`), each by one finite difference."""
+    does not refit (`priors.refit_parameters`): their part of the zero-shot band (`calibration.sensitivities`)."""
     scn = build_scenario(case, source=path)
-    keys = [k for k in zero_shot_parameters(scn) if k not in refit_parameters(scn)]
-    if not keys:
+    refit = refit_parameters(scn)
+    if set(zero_shot_parameters(scn)) <= set(refit):
         return {}
-    base = simulate_scenario(scn, memo=memo).metrics()
+    try:
+        sens = sensitivities(scn, None, memo)
+    except PhysicsError:  # its first-principles prediction is infeasible: the curve prices it from the grid
+        return {}
     out: dict[str, float] = {}
-    h = 0.05
-    for key in keys:
-        knob = key.removeprefix("stack.")
-        value = getattr(scn.stack, knob)
-        if not value:
-            continue
-        stack = scn.stack.with_knobs({knob: value * math.exp(h)}, "cv sensitivity")
-        up = simulate_scenario(dataclasses.replace(scn, stack=stack), memo=memo).metrics()
-        for m, b in base.items():
-            if b and up.get(m):
-                g = math.log(up[m] / b) / h
-                out[m] = out.get(m, 0.0) + (g * zero_shot_sigma_log(key, case.kind)) ** 2
+    for name, grad, row in zip(sens.names, sens.grads, sens.cov):
+        if name not in refit:
+            var = row[sens.names.index(name)]
+            for m, g in grad.items():
+                out[m] = out.get(m, 0.0) + g * g * var
     return out
 
 
