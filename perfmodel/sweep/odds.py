@@ -27,10 +27,11 @@ PARAMETER_DRAWS = 32  # draws of the shared parameters, each an exact re-pricing
 OWN_DRAWS = 64  # draws of each plan's own error per parameter draw: 2,048 in all, p_best to about +-0.01
 TIE_CONFIDENCE = 0.9  # a plan is told apart from its group's head when the head beats it in 90% of the draws
 ODDS_PLANS = 10  # top plans compared (each costs PARAMETER_DRAWS simulations, or about GRID_POINTS with one parameter)
-# One uncertain parameter (a pretraining sweep's compute multiplier): each plan is re-priced exactly at GRID_POINTS
-# values of it across +-GRID_SIGMAS of its spread and each draw read off the line through them, kinks included to
-# the grid's spacing: 9 simulations instead of 32 per plan (benchmarks/bench_sweep_odds.py on the 4,096-GPU GPT-3
-# sweep: odds 9.4 -> 4.7 s, against 1.5 s evaluating its plans); draws past the grid take its last slope.
+# One uncertain parameter (a pretraining sweep's compute multiplier, where its host's moves none of its plans:
+# `_moving`): each plan is re-priced exactly at GRID_POINTS values of it across +-GRID_SIGMAS of its spread and each
+# draw read off the line through them, kinks included to the grid's spacing: 9 simulations instead of 32 per plan
+# (benchmarks/bench_sweep_odds.py on the 4,096-GPU GPT-3 sweep: odds 9.4 -> 4.7 s, against 1.5 s evaluating its
+# plans); draws past the grid take its last slope.
 GRID_POINTS = 9
 GRID_SIGMAS = 3.0
 
