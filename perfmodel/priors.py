@@ -38,9 +38,14 @@ ZERO_SHOT_SIGMA_LOG: dict[str, float] = {TRAIN: 0.33, ROLLOUT: 0.264, WEIGHT_UPD
                                          HOST: 0.46, SERVE_ROLLOUT: 0.517}
 
 
+def sigma_key(key: str, kind: str) -> str:
+    """The spread a multiplier takes on a run of this kind (`kind: serve` takes the engine's own)."""
+    return SERVE_ROLLOUT if kind == "serve" and key == ROLLOUT else key
+
+
 def zero_shot_sigma_log(key: str, kind: str) -> float:
-    """A multiplier's zero-shot spread (ln) on a run of this kind (`kind: serve` takes the engine's own)."""
-    return ZERO_SHOT_SIGMA_LOG[SERVE_ROLLOUT if kind == "serve" and key == ROLLOUT else key]
+    """A multiplier's zero-shot spread (ln) on a run of this kind (`sigma_key`)."""
+    return ZERO_SHOT_SIGMA_LOG[sigma_key(key, kind)]
 
 
 def zero_shot_parameters(scn: Scenario) -> list[str]:

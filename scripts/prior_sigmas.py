@@ -29,7 +29,7 @@ from perfmodel.inputs.overlay import RUN_SIGMA_LOG  # noqa: E402
 from perfmodel.inputs.scenario import build_scenario  # noqa: E402
 from perfmodel.invariants import PhysicsError  # noqa: E402
 from perfmodel.memo import Memo  # noqa: E402
-from perfmodel.priors import ROLLOUT, SERVE_ROLLOUT, SIGMA_KEYS, SIGMAS_FILE  # noqa: E402
+from perfmodel.priors import SIGMA_KEYS, SIGMAS_FILE, sigma_key  # noqa: E402
 from perfmodel.validation import band_stats  # noqa: E402
 from scripts.snapshot_predictions import case_folders  # noqa: E402
 
@@ -53,8 +53,7 @@ def figures() -> list[Figure]:
         for metric, measured in rows:
             g = np.zeros(len(SIGMA_KEYS))
             for name, grad in zip(sens.names, sens.grads):  # a serving benchmark's engine spread is its own
-                key = SERVE_ROLLOUT if case.kind == "serve" and name == ROLLOUT else name
-                g[SIGMA_KEYS.index(key)] = grad[metric]
+                g[SIGMA_KEYS.index(sigma_key(name, case.kind))] = grad[metric]
             out.append((case.id, metric, math.log(sens.base[metric] / measured), 1.0 / len(rows), g, case.kind))
     return out
 
