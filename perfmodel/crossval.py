@@ -207,7 +207,9 @@ def cross_validate(curves: list[CaseCurve], curve_k: tuple[int, ...] = (0, 1, 2,
     for c in curves:  # a multiplier is fitted per (stack, hardware) on the figures it owns
         groups[(c.group, c.knob)].append(c)
     rows = []
-    curve_err: dict[int, list[float]] = defaultdict(list)
+    # per k: the calibrated |error| of each figure with k calibration runs, and its zero-shot |error| beside it (the
+    # same figures: a group with fewer other runs than k drops out of both)
+    curve_err: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for ((stack, hardware), knob), members in sorted(groups.items()):
         for i, c in enumerate(members):
             # never the case itself, nor a copy of its run filed under another id (the shared cases reappear in
@@ -222,12 +224,17 @@ def cross_validate(curves: list[CaseCurve], curve_k: tuple[int, ...] = (0, 1, 2,
                              "measured": float(measured[j]), "zero_shot": c.zero_shot[metric],
                              "calibrated": float(p50[j]), "p10": float(p10[j]), "p90": float(p90[j]),
                              "calibration_runs": len(others), "multiplier": knob, "scale": math.exp(fit.theta)})
+            zero = [abs(e) for e in _errors(c, np.array(list(c.zero_shot.values())))]
             for k in curve_k:
                 if k <= len(others):
-                    pred = c.at(fit_scale(others[:k]).theta) if k else np.log(list(c.zero_shot.values()))
-                    curve_err[k].extend(abs(e) for e in _errors(c, np.exp(pred)))
+                    pred = np.exp(c.at(fit_scale(others[:k]).theta)) if k else np.array(list(c.zero_shot.values()))
+                    curve_err[k].extend(zip((abs(e) for e in _errors(c, pred)), zero))
     return {"rows": rows, "groups": _group_summary(rows), "learning_curve": {
-        k: (sum(v) / len(v) if v else None, len(v)) for k, v in sorted(curve_err.items())}}
+        k: (_mean([e for e, _ in v]), len(v), _mean([z for _, z in v])) for k, v in sorted(curve_err.items())}}
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
 
 
 def _summary(rows: list[dict]) -> dict:

@@ -70,6 +70,9 @@ def test_cv_on_the_megatron_2021_runs():
     assert g["runs"] == 5 and 0 <= g["coverage"] <= 1 and g["median_width"] > 1
     assert g["calibrated_mae"] < g["zero_shot_mae"] + 0.02  # one multiplier per stack does not make it worse here
     assert cv["learning_curve"][0][1] == 10  # two figures of five runs at zero calibration runs
+    for k, (mae, n, zero) in cv["learning_curve"].items():  # each k beside the zero-shot error of its own figures
+        assert n and mae >= 0 and (k or mae == pytest.approx(zero))
+    assert cv["learning_curve"][4][1] == 10  # five runs: each has four others
 
 
 def test_the_command_prints_the_groups(capsys, tmp_path):

@@ -173,8 +173,10 @@ def _run_cv(paths: list[str], fmt: str) -> int:
         table.add_row(g, str(s["runs"]), str(s["n"]), f"{s['zero_shot_mae']:.1%}", f"{s['calibrated_mae']:.1%}",
                       f"{s['calibrated_beyond_25']:.0%}", f"{s['coverage']:.0%}", f"{s['median_width']:.2f}")
     out.print(table)
-    curve = ", ".join(f"{k} runs {v[0]:.1%} (n={v[1]})" for k, v in cv["learning_curve"].items() if v[0] is not None)
-    out.print(f"learning curve (mean |error| after k calibration runs of the same group): {curve}", soft_wrap=True)
+    curve = ", ".join(f"{k} runs {v[0]:.1%} (zero-shot {v[2]:.1%}, n={v[1]})"
+                      for k, v in cv["learning_curve"].items() if v[0] is not None)
+    out.print("learning curve (mean |error| after k calibration runs of the same group, beside the zero-shot "
+              f"|error| of the same figures): {curve}", soft_wrap=True)
     for cid, why in failed:
         out.print(f"[yellow]not predicted[/]: {escape(str(cid))}: {escape(str(why))}", soft_wrap=True, markup=True)
     return 0
