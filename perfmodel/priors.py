@@ -34,7 +34,7 @@ SERVE_ROLLOUT = "stack.rollout_compute_scale (serve)"
 SIGMA_KEYS = (*COMPONENTS, SERVE_ROLLOUT)
 
 # Maximum-likelihood spreads from scripts/prior_sigmas.py (SIGMAS_FILE, its `sigma_log`).
-ZERO_SHOT_SIGMA_LOG: dict[str, float] = {TRAIN: 0.33, ROLLOUT: 0.477, WEIGHT_UPDATE: 0.407,
+ZERO_SHOT_SIGMA_LOG: dict[str, float] = {TRAIN: 0.33, ROLLOUT: 0.459, WEIGHT_UPDATE: 0.418,
                                          HOST: 0.446, SERVE_ROLLOUT: 0.517}
 
 

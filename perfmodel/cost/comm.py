@@ -160,14 +160,21 @@ def _scale_up(hw: HardwareProfile, fixed_s: float, transfer_s: float) -> float:
     return _protocols(fixed_s, transfer_s, hw.small_protocol_bw_fraction, hw.small_protocol_bulk_extra_latency_s)
 
 
+# The most GPUs an engine's custom all-reduce takes: vLLM's CustomAllreduce._SUPPORTED_WORLD_SIZES = [2, 4, 6, 8]
+# (vllm/distributed/device_communicators/custom_all_reduce.py) and SGLang's the same (its custom_all_reduce.py); a
+# larger tensor-parallel group, even inside one NVL72 rack, all-reduces through NCCL.
+CUSTOM_ALL_REDUCE_MAX_GPUS = 8
+
+
 def graph_all_reduce_s(hw: HardwareProfile, nbytes: float, g: GroupPlacement) -> float:
     """An inference engine's all-reduce inside one scale-up domain, captured in a CUDA/HIP graph (SGLang's and
     vLLM's custom all-reduce: one kernel, no NCCL launch or protocol set-up): the profile's in-graph floor plus the
-    bus-bandwidth term; across domains the engine falls back to the NCCL all-reduce."""
+    bus-bandwidth term; across domains, or over more GPUs than the custom all-reduce takes
+    (CUSTOM_ALL_REDUCE_MAX_GPUS), the engine falls back to the NCCL all-reduce."""
     n = g.size
     if n <= 1 or nbytes <= 0:
         return 0.0
-    if not g.intra:
+    if not g.intra or n > CUSTOM_ALL_REDUCE_MAX_GPUS:
         return all_reduce_s(hw, nbytes, g)
     return _protocols(hw.graph_all_reduce_latency_s, 2 * (n - 1) / n * nbytes / _busbw_up(hw, n),
                       hw.graph_small_protocol_bw_fraction, hw.graph_small_protocol_bulk_extra_latency_s)

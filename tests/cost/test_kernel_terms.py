@@ -59,6 +59,19 @@ def test_the_engine_all_reduce_pays_the_in_graph_floor_inside_a_node_and_nccl_ac
     assert graph_all_reduce_s(H100, nbytes, GroupPlacement(1, 1)) == 0.0
 
 
+def test_more_gpus_than_the_custom_all_reduce_takes_all_reduce_through_nccl_inside_one_rack() -> None:
+    """vLLM's and SGLang's custom all-reduce take 2-8 GPUs: a TP16 engine inside one NVL72 rack pays NCCL's
+    latency per step of its ring, an 8-GPU one the in-graph floor."""
+    from perfmodel.cost.comm import CUSTOM_ALL_REDUCE_MAX_GPUS
+
+    gb200 = load_hardware("gb200")
+    rack16, rack8 = GroupPlacement(16, 16), GroupPlacement(CUSTOM_ALL_REDUCE_MAX_GPUS, CUSTOM_ALL_REDUCE_MAX_GPUS)
+    assert rack16.intra and rack8.intra
+    assert graph_all_reduce_s(gb200, 1e-6, rack16) == all_reduce_s(gb200, 1e-6, rack16)
+    assert graph_all_reduce_s(gb200, 1e-6, rack8) == pytest.approx(gb200.graph_all_reduce_latency_s, rel=1e-4)
+    assert graph_all_reduce_s(gb200, 1e-6, rack16) > 5 * graph_all_reduce_s(gb200, 1e-6, rack8)
+
+
 def test_rows_hit_experts_is_all_of_them_for_many_rows_and_about_the_rows_for_few() -> None:
     assert rows_hit_experts(64, 1e6) == pytest.approx(64)
     assert rows_hit_experts(64, 1) == pytest.approx(1.0)
