@@ -187,6 +187,10 @@ class RLSpec(_Strict):
     actor_gpus: int = Field(..., ge=1, le=MAX_GPUS)
     rollout_gpus: int = Field(..., ge=1, le=MAX_GPUS)
     async_: bool = Field(False, alias="async")
+    off_policy_steps: int = Field(1, ge=1, le=64, description=(
+        "async only: how many policy versions a trajectory may lag (NeMo-RL max_trajectory_age_steps, Miles "
+        "--max-weight-staleness): the engines keep that many steps' requests in flight, so one step's rollout "
+        "shares the engines with the next ones' (sim/rollout.py); 1: rollout of step k+1 overlaps training of k"))
     prompts_per_step: int = Field(..., ge=1, le=MAX_RESPONSES_PER_STEP)
     samples_per_prompt: int = Field(..., ge=1, le=MAX_RESPONSES_PER_STEP)
     prompt_tokens_mean: float = Field(..., gt=0, le=MAX_SEQ_LEN)
@@ -206,8 +210,20 @@ class RLSpec(_Strict):
         if self.prompts_per_step * self.samples_per_prompt > MAX_RESPONSES_PER_STEP:
             raise ValueError(f"prompts_per_step x samples_per_prompt = {self.responses_per_step:,} responses a step"
                              f": at most {MAX_RESPONSES_PER_STEP:,} are priced (docs/reliability.md)")
+        if self.off_policy_steps > 1 and not self.async_:
+            raise ValueError(f"off_policy_steps {self.off_policy_steps} needs async: true (a synchronous step "
+                             "generates with the weights it trains); set async: true or off_policy_steps: 1")
+        if self.responses_per_step * self.off_policy_steps > MAX_RESPONSES_PER_STEP:
+            raise ValueError(f"{self.responses_per_step:,} responses a step x off_policy_steps "
+                             f"{self.off_policy_steps} are in flight at once: at most {MAX_RESPONSES_PER_STEP:,} are "
+                             "priced (docs/reliability.md)")
         return self
 
     @property
     def responses_per_step(self) -> int:
         return self.prompts_per_step * self.samples_per_prompt
+
+    @property
+    def steps_in_flight(self) -> int:
+        """Steps whose requests the engines hold at once: `off_policy_steps` when async, else 1."""
+        return self.off_policy_steps if self.async_ else 1

@@ -266,7 +266,7 @@ class _Rollout:
         self.scn, self.params = scn, params
         self.cost = cost = EngineCost(scn, params)
         g = cost.geo
-        n = rl.responses_per_step
+        n = rl.responses_per_step * rl.steps_in_flight  # an off-policy window: its steps' requests all in flight
         self.law = response_law(rl.response_tokens, params.response_sigma)
         self.lengths = response_lengths(rl.response_tokens, n, seed, params.response_sigma)
         p = max(1, int(round(rl.prompt_tokens_mean)))
@@ -363,38 +363,47 @@ def run_requests(scn: Scenario, seed: int, params: RolloutParams) -> _Rollout:
 
 
 def simulate_rollout(scn: Scenario, seed: int = 0, params: RolloutParams | None = None) -> RolloutResult:
-    """Simulate one synchronous rollout (all prompts x samples of one RL step) on the rollout engines."""
+    """Simulate one RL step's rollout (all prompts x samples of the step) on the rollout engines. With
+    `rl.off_policy_steps` k > 1 (async) the engines hold k steps' requests at once, as NeMo-RL's trajectory collector
+    keeps k steps' prompt groups in flight: the window of k steps is simulated and one step is its k-th part (its
+    time, busy time, idle tail and tokens; the timeline and batch curves its first k-th, where the engines run
+    full), so a batch's long responses overlap the next batches' instead of idling the engines at each step's end."""
     params = params or rollout_params_for(scn)
     sim = run_requests(scn, seed, params)
     rl = rl_section(scn)
+    k = rl.steps_in_flight
     es = sim.engines
     end = max((e.last_finish for e in es), default=0.0)
+    step_end = end / k
     g = sim.cost.geo
     tokens = int(sim.lengths.sum())
     notes = [f"response lengths: {sim.law.note} (mean {sim.law.mean:.0f}, {sim.law.truncated_fraction:.0%} at the "
              f"cap {rl.response_tokens.max})",
              "not modelled: retraction, speculative decoding, CUDA-graph batch caps, radix prefix sharing, "
              "reward and Miles overhead"]
-    curves = tuple(tuple(e.curve) for e in es)
+    if k > 1:
+        notes.append(f"{k} steps' requests in flight ({len(sim.lengths):,}): a step is the window's {end:.1f} s / {k}")
+    curves = tuple(tuple((t, b) for t, b in e.curve if k == 1 or t <= step_end) for e in es)
     return RolloutResult(
-        rollout_time_s=end,
-        tokens_generated=tokens,
-        prompt_tokens=int(sum(sim.prompts)),
+        rollout_time_s=step_end,
+        tokens_generated=tokens // k,
+        prompt_tokens=int(sum(sim.prompts)) // k,
         tokens_per_s_per_gpu=tokens / end / rl.rollout_gpus if end > 0 else 0.0,
         rollout_gpus=rl.rollout_gpus,
         num_engines=g.n_units,
         engine_gpus=g.unit_gpus,
-        engine_busy_s=tuple(e.busy_prefill + e.busy_decode for e in es),
-        engine_last_finish_s=tuple(e.last_finish for e in es),
-        engine_decode_steps=tuple(e.step for e in es),
+        engine_busy_s=tuple((e.busy_prefill + e.busy_decode) / k for e in es),
+        engine_last_finish_s=tuple(e.last_finish / k for e in es),
+        engine_decode_steps=tuple(e.step // k for e in es),
         engine_max_batch=tuple(e.max_batch for e in es),
         batch_curves=curves,
-        straggler_fraction=straggler_fraction(curves, end),
-        idle_tail_gpu_s=sum((end - e.last_finish) * g.unit_gpus for e in es),
-        prefill_time_s=sum(e.busy_prefill for e in es),
-        decode_time_s=sum(e.busy_decode for e in es),
-        timeline=tuple(s for e in es for s in e.timeline),
-        response_lengths=tuple(int(x) for x in sim.lengths),
+        straggler_fraction=straggler_fraction(curves, step_end),
+        idle_tail_gpu_s=sum((end - e.last_finish) * g.unit_gpus for e in es) / k,
+        prefill_time_s=sum(e.busy_prefill for e in es) / k,
+        decode_time_s=sum(e.busy_decode for e in es) / k,
+        timeline=tuple(s._replace(end_s=min(s.end_s, step_end)) for e in es for s in e.timeline
+                       if k == 1 or s.start_s < step_end),
+        response_lengths=tuple(int(x) for x in sim.lengths[:rl.responses_per_step]),
         law=sim.law,
         kv_pool_bytes_per_gpu=sim.cost.kv_pool_bytes / g.attn_dp,
         weights_bytes_per_gpu=sim.cost.weights_bytes_per_gpu,

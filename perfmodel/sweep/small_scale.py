@@ -83,6 +83,7 @@ def one_engine_run(run: dict[str, Any]) -> dict[str, Any] | None:
     sr = small["rl"]
     sr["placement"] = "disaggregated"
     sr["async"] = False  # nothing to overlap: Miles' synchronous loop (train.py) and its standard rollout
+    sr.pop("off_policy_steps", None)
     sr["rollout_gpus"] = engine
     sr["prompts_per_step"] = max(1, round(rl["prompts_per_step"] / engines(rl)))
     if sr.get("weight_update", {}).get("mode") == "ipc":

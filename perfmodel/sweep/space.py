@@ -48,7 +48,8 @@ class Candidate:
             ro = rl["rollout"]
             place = "coloc" if rl["placement"] == "colocated" else f"disagg{rl['actor_gpus']}+{rl['rollout_gpus']}"
             if rl.get("async"):
-                place += "-async"
+                k = rl.get("off_policy_steps", 1)
+                place += "-async" if k == 1 else f"-async-{k}off"
             if rl["weight_update"]["mode"] in ("p2p", "reshard"):
                 place += f"-{rl['weight_update']['mode']}"
             parts.append(place)
@@ -220,6 +221,8 @@ def enumerate_candidates(spec: SweepSpec, gpus_per_node: int, num_experts: int, 
                     rl = dict(job.get("rl", {}))
                     rl.update(placement=placement, actor_gpus=actor, rollout_gpus=rollout)
                     rl["async"] = is_async
+                    if not is_async and "off_policy_steps" in rl:  # the job's window is an async plan's only
+                        rl["off_policy_steps"] = 1
                     ro = dict(rl.get("rollout", {}))
                     ro.update(eng)
                     rl["rollout"] = ro

@@ -298,6 +298,18 @@ def test_sync_disaggregated_uses_train_py(seed):
     assert "/workspace/miles/examples/fully_async" not in la.runtime_env_vars["PYTHONPATH"]
 
 
+def test_an_off_policy_window_bounds_staleness_and_fills_the_engines(seed):
+    seed["rl"]["off_policy_steps"] = 4
+    la = launch_of(seed)
+    n = seed["rl"]["prompts_per_step"] * seed["rl"]["samples_per_prompt"]
+    assert la.values("--max-weight-staleness") == ["4"]
+    assert la.values("--async-max-concurrent-samples") == [str(4 * n)]
+    seed["executor"]["options"]["fully_async"] = False  # train_async.py alone runs one step ahead
+    with pytest.raises(InputError) as e:
+        launch_of(seed)
+    assert e.value.field == "executor.options.fully_async"
+
+
 def test_ref_model_keeps_backuper(seed):
     seed["rl"]["log_probs"]["ref_model"] = True
     seed["executor"]["options"]["kl_loss_coef"] = 0.01

@@ -19,7 +19,8 @@ from perfmodel.cost.serve.engine import (
     rollout_params_for,
 )
 from perfmodel.errors import InputError
-from perfmodel.inputs.case import load_case
+from perfmodel.inputs.case import ValidationCase, load_case
+from perfmodel.inputs.loading import parse
 from perfmodel.inputs.scenario import build_scenario
 from perfmodel.sim.response_law import response_law, response_lengths
 from perfmodel.sim.rollout import simulate_rollout
@@ -359,3 +360,32 @@ def test_a_decode_kernel_walks_gqa_kv_heads_per_gpu_and_one_latent_head_for_mla_
     assert decode_kv_heads(gqa, 16) == 1.0  # replicated below one KV head per GPU
     for kind in ("mla", "dsv4"):
         assert decode_kv_heads(dataclasses.replace(gqa, kind=kind, num_kv_heads=32), 1) == 1.0
+
+
+def test_an_off_policy_window_prices_a_step_as_its_share_of_k_steps_in_flight():
+    """`rl.off_policy_steps` k: the engines hold k steps' requests at once (NeMo-RL's trajectory collector), so a
+    step's rollout is the window's time / k: shorter than one step's own batch with its tail, no shorter than the
+    engines' throughput at their running cap allows, and one step's tokens go to training."""
+    d = _disagg(_base(), 32)
+    d["rl"]["async"] = True
+    one = simulate_rollout(_scn(d))
+    d["rl"]["off_policy_steps"] = 4
+    four = simulate_rollout(_scn(d))
+    d["rl"].update(off_policy_steps=1, prompts_per_step=4 * d["rl"]["prompts_per_step"])
+    whole = simulate_rollout(_scn(d))  # the same four steps' requests as one batch
+    assert four.rollout_time_s == pytest.approx(whole.rollout_time_s / 4)
+    assert four.rollout_time_s < one.rollout_time_s
+    assert four.tokens_generated == pytest.approx(whole.tokens_generated / 4, abs=1)
+    assert len(four.response_lengths) == len(one.response_lengths)
+    assert four.idle_tail_gpu_s == pytest.approx(whole.idle_tail_gpu_s / 4)
+    assert four.straggler_fraction <= one.straggler_fraction
+    assert all(s.end_s <= four.rollout_time_s + 1e-9 for s in four.timeline)
+
+
+def test_an_off_policy_window_needs_async():
+    d = _disagg(_base(), 32)
+    d["rl"]["off_policy_steps"] = 2
+    with pytest.raises(InputError) as e:
+        parse(ValidationCase, d, "case.yaml")
+    assert e.value.field == "rl" and "off_policy_steps 2 needs async: true" in str(e.value)
+    assert "\n" not in str(e.value)

@@ -63,6 +63,17 @@ def test_disaggregated_plans_try_each_weight_update_mechanism_asked_for():
     assert wu[1] != wu[0]  # priced by its mechanism, never folded together
 
 
+def test_a_jobs_off_policy_window_goes_to_its_async_plans_only():
+    spec = small_spec()
+    spec.job["rl"]["off_policy_steps"] = 4
+    cands = [c for c in enumerate_candidates(spec, 8, 256, 43) if c.run["rl"]["placement"] == "disaggregated"]
+    window = {c.run["rl"]["async"]: c.run["rl"]["off_policy_steps"] for c in cands}
+    assert window == {True: 4, False: 1}
+    assert all(("-async-4off" in c.label()) == c.run["rl"]["async"] for c in cands)
+    for c in cands[:2]:
+        RunSpec.model_validate(c.run)  # a synchronous plan with a window would be refused
+
+
 def test_recompute_modules_are_tried_as_the_sweep_file_names_them():
     spec = small_spec(recompute=["full", "selective:mla_up_proj+moe_act"], tp=[1], pp=[4], ep=[8])
     cands = list(enumerate_candidates(spec, 8, 256, 43))

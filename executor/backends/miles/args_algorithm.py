@@ -58,6 +58,9 @@ def data_args(rl: RLSpec, t: TrainSpec, opts: MilesOptions, batch: BatchShape, f
     a: list[str] = []
     if fully_async:
         a += ["--rollout-function-path", FULLY_ASYNC_ROLLOUT_FUNCTION]
+        if rl.off_policy_steps > 1:  # k steps' trajectories generating at once, none older than k versions
+            a += ["--max-weight-staleness", str(rl.off_policy_steps),
+                  "--async-max-concurrent-samples", str(rl.off_policy_steps * rl.responses_per_step)]
     a += ["--prompt-data", opts.prompt_data or f"{opts.data_dir}/dapo-math-17k/dapo-math-17k.jsonl",
           "--input-key", opts.input_key, "--label-key", opts.label_key]
     if opts.apply_chat_template:

@@ -85,6 +85,9 @@ def build_miles_launch(plan: Plan, plan_path: str = "", run_id: str | None = Non
     script = "train_async.py" if plan.rl.async_ else "train.py"
     if fully_async and not plan.rl.async_:
         raise fail(src, "executor.options.fully_async", "the fully-async rollout needs rl.async: true (train_async.py)")
+    if plan.rl.off_policy_steps > 1 and not fully_async:
+        raise fail(src, "executor.options.fully_async", f"rl.off_policy_steps {plan.rl.off_policy_steps} needs the "
+                   "fully-async rollout (train_async.py alone generates one step ahead): leave fully_async unset")
     margs = ModelArgsRef(recipe.model_type, opts.miles_root, opts.python,
                          "explicit" if opts.model_args is not None else opts.model_args_format,
                          tuple(opts.model_args) if opts.model_args is not None else None)
