@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
         engines = run_file.rl.rollout_gpus // ro.engine_gpus
         print(f"  rollout           {engines} engines x {ro.engine_gpus} GPUs "
               f"({engine_layout(ro.tp, ro.ep, ro.dp, ro.dp_attention)}), {run_file.rl.placement}"
-              f"{' async' if run_file.rl.async_ else ''}")
+              f"{' async' if run_file.rl.async_ else ''}"
+              f"{f', {run_file.rl.steps_in_flight} steps in flight' if run_file.rl.steps_in_flight > 1 else ''}")
         from perfmodel.cost.memory.rollout import rollout_memory
 
         mem, longest = rollout_memory(s), int(run_file.rl.prompt_tokens_mean) + run_file.rl.response_tokens.max

@@ -119,6 +119,8 @@ def test_check_prints_resolved_layout(capsys):
     assert "KV pool" in sglang and "GiB per GPU" in sglang and "sampler" not in sglang  # SGLang holds none
     nemo = REPO / "studies/validation/nemo-rl/cases/nemorl-h100-qwen3-30b-a3b-grpo-colocated.yaml"
     assert "after the sampler's 3.2 GiB (rollout_memory_rule vllm)" in _run(["check", str(nemo)], capsys)[1]  # vLLM
+    eight = nemo.with_name("nemorl-h100-qwen3-30b-a3b-grpo-async-8off.yaml")
+    assert "disaggregated async, 8 steps in flight" in _run(["check", str(eight)], capsys)[1]
 
 
 def test_debug_shows_traceback(tmp_path):
