@@ -364,8 +364,8 @@ def test_a_decode_kernel_walks_gqa_kv_heads_per_gpu_and_one_latent_head_for_mla_
 
 def test_an_off_policy_window_prices_a_step_as_its_share_of_k_steps_in_flight():
     """`rl.off_policy_steps` k: the engines hold k steps' requests at once (NeMo-RL's trajectory collector), so a
-    step's rollout is the window's time / k: shorter than one step's own batch with its tail, no shorter than the
-    engines' throughput at their running cap allows, and one step's tokens go to training."""
+    step's rollout is the window's time / k (the same requests run as one batch, divided by k), shorter than one
+    step's own batch with its tail; one step's lengths go to training and the timeline ends with the step."""
     d = _disagg(_base(), 32)
     d["rl"]["async"] = True
     one = simulate_rollout(_scn(d))
