@@ -52,16 +52,17 @@ def write_sweep_folder(out_dir: Path, spec: SweepSpec, spec_path: str, outcome: 
     settle_files: list[Path] = []
     if odds is not None:
         from perfmodel.sweep.settle import settling_measurement
-        from perfmodel.sweep.small_scale import one_engine_version, smallest_version
+        from perfmodel.sweep.small_scale import one_engine_version, smallest_version, weight_update_version
 
         compared = top_rows[:len(odds.values)]
         writes = (by_index, hw, out_dir / "plans", cal, Path(spec_path).name,
                   spec.executor.model_dump() if spec.executor else None)
         small, engine = smallest_version(compared, *writes), one_engine_version(compared, *writes)
+        update = weight_update_version(compared, *writes)
         settle = settling_measurement(compared, odds.values, odds.shared, odds.drawn, odds.plan_sigma_log, small,
-                                      engine, odds.thetas, odds.names)
+                                      engine, odds.thetas, odds.names, update)
         named = [x["plan"] for x in (settle, (settle or {}).get("cheaper")) if x]
-        for version in (small, engine):  # written for the command; kept only when named
+        for version in (small, engine, update):  # written for the command; kept only when named
             if version is not None and version["plan_path"] not in named:
                 Path(version["plan_path"]).unlink()
             elif version is not None:

@@ -1,11 +1,12 @@
 """The settling measurement: the short run to make before choosing among a sweep's top plans (issue 24).
 
-Candidates: each compared plan launched for SETTLE_STEPS steps, and two smaller launches
-(perfmodel/sweep/small_scale.py): the compared plans' cheapest version at their fewest data-parallel replicas, and
-the cheapest rollout on one of their engines. A plan's launch measures the parameters the plans share (`perfmodel
-calibrate` on the run's record) and its own error, up to the run-to-run scatter RUN_SIGMA_LOG; a smaller version
-measures the shared parameters only; one engine's rollout the engine's multiplier only (the other plans' own errors
-stay unknown either way). In each of the odds' draws (perfmodel/sweep/odds.py), the plan chosen after the
+Candidates: each compared plan launched for SETTLE_STEPS steps, and three smaller launches
+(perfmodel/sweep/small_scale.py): the compared plans' cheapest version at their fewest data-parallel replicas, the
+cheapest rollout on one of their engines, and the cheapest weight update at their fewest replicas. A
+plan's launch measures the parameters the plans share (`perfmodel calibrate` on the run's record) and its own error,
+up to the run-to-run scatter RUN_SIGMA_LOG; a smaller version measures the shared parameters only; one engine's
+rollout the engine's multiplier only, the weight update launch the update's multiplier only (the other plans' own
+errors stay unknown either way). In each of the odds' draws (perfmodel/sweep/odds.py), the plan chosen after the
 measurement is the one best priced with what it revealed; a candidate's `p_best_after` is the share of draws in
 which that choice is the truly best plan (the chance that the leader after the measurement is the best: the
 expected value of the information, as a probability), against the leader's p_best now. Every smaller launch of a
@@ -16,8 +17,8 @@ launch when it costs less and still gains.
 Simplifications, said in summary.json: what a launch measures counts as measured exactly (a few steps' phases pin
 the parameters far tighter than the plans' own errors spread), also at small scale, where what only the full plan
 has (gradient traffic across more nodes, a weight update to more engines) is not measured; one parameter's
-revelation is read through each plan's first-order response to it; a weight update between two nodes or a kernel
-lane alone are not candidates yet.
+revelation is read through each plan's first-order response to it; a kernel lane alone is not a candidate: the
+zero-shot draws are the stack's multipliers, and no kernel parameter is among them.
 """
 
 from __future__ import annotations
@@ -87,22 +88,25 @@ def settle_pick(after: Sequence[float], cost: Sequence[float]) -> int:
 def settling_measurement(rows: list[dict[str, Any]], values: np.ndarray, shared: np.ndarray, drawn: np.ndarray,
                          plan_sigma_log: float, small: dict[str, Any] | None = None,
                          engine: dict[str, Any] | None = None, thetas: np.ndarray | None = None,
-                         names: tuple[str, ...] = ()) -> dict[str, Any] | None:
+                         names: tuple[str, ...] = (), update: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """summary.json's `settle` for the compared top rows (ranked, each with gpus, step_time_s, plan_path): the
     launch that most raises the chance of choosing the best plan, and under `cheaper` the cheapest smaller launch
     when it costs fewer GPU-seconds and still raises the leader's p best by more than SETTLE_TOLERANCE; None for a
     lone plan (nothing to settle). `small`: the compared plans' cheapest smaller version (rank and label of the plan
     it cuts down, replicas and of, and its own gpus, step_time_s and plan_path); `engine`: the cheapest rollout on
     one engine (rank, label, engines, gpus, step_time_s: its rollout, plan_path, parameter: the multiplier it
-    measures), priced through `thetas` (the odds' parameter draws, named `names`)."""
+    measures) and `update`: the cheapest weight update at the fewest replicas and one engine (rank, label,
+    replicas, of, gpus, step_time_s: its launch's whole step, update_s, plan_path, parameter), each priced through
+    `thetas` (the odds' parameter draws, named `names`)."""
     if len(rows) < 2:
         return None
     launches = [("plan", r, p_best_after(values, shared, drawn, plan_sigma_log, i)) for i, r in enumerate(rows)]
     if small is not None:
         launches.append(("small", small, p_best_after(values, shared, drawn, plan_sigma_log, None)))
-    if engine is not None and thetas is not None and engine["parameter"] in names:
-        k = names.index(engine["parameter"])
-        launches.append(("engine", engine, chosen_right(values, one_parameter_estimate(shared, thetas, k), drawn)))
+    for kind, one in (("engine", engine), ("update", update)):  # a launch that reveals one multiplier alone
+        if one is not None and thetas is not None and one["parameter"] in names:
+            k = names.index(one["parameter"])
+            launches.append((kind, one, chosen_right(values, one_parameter_estimate(shared, thetas, k), drawn)))
     after = [a for _, _, a in launches]
     cost = [float(r["gpus"]) * SETTLE_STEPS * float(r["step_time_s"]) for _, r, _ in launches]
     pick = settle_pick(after, cost)
@@ -112,8 +116,9 @@ def settling_measurement(rows: list[dict[str, Any]], values: np.ndarray, shared:
                        for (kind, r, a), c in zip(launches, cost)],
         "assumes": "what a launch measures, measured exactly: the parameters the plans share (whole plans, and "
                    "their smallest version, where traffic that only the full plan has is not measured), the engine's "
-                   "multiplier alone (a rollout on one engine, read through each plan's first-order response to "
-                   "it); a plan's own launch also its own error",
+                   "multiplier alone (a rollout on one engine) and the weight update's alone (an update at the "
+                   "fewest replicas), each read through each plan's first-order response to it; a plan's own "
+                   "launch also its own error",
     }
     smaller = [i for i in range(len(rows), len(launches))
                if cost[i] < cost[pick] and after[i] > now + SETTLE_TOLERANCE]
@@ -130,6 +135,9 @@ def _size(kind: str, row: dict[str, Any]) -> dict[str, Any]:
         return {"small_scale": f"{row['replicas']} of {row['of']} replicas"}
     if kind == "engine":
         return {"small_scale": f"rollout alone on 1 of {row['engines']} engines"}
+    if kind == "update":
+        return {"small_scale": f"weight update alone, {row['replicas']} of {row['of']} replicas and 1 engine "
+                               f"({row['gpus']} GPUs)"}
     return {}
 
 
@@ -143,6 +151,11 @@ def _launch(kind: str, row: dict[str, Any], p_best_after: float, p_best_now: flo
         what = (f"the rollout of plan {row['rank']} ({row['label']}) alone on one of its {row['engines']} engines "
                 f"(that engine's share of the prompts, no trainer), launched for {SETTLE_STEPS} steps: its rollout "
                 "calibrates the engine's multiplier")
+    elif kind == "update":
+        what = (f"the weight update of plan {row['rank']} ({row['label']}) from {row['replicas']} of its "
+                f"{row['of']} training replicas to one engine ({row['gpus']} GPUs, a token-sized rollout and batch "
+                f"around it), launched for {SETTLE_STEPS} steps: its update (about {float(row['update_s']):.0f} s "
+                "priced) calibrates the weight update's multiplier")
     else:
         what = (f"plan {row['rank']} ({row['label']}) launched for {SETTLE_STEPS} steps: its phases calibrate the "
                 "parameters the plans share, its step its own error")
@@ -151,9 +164,10 @@ def _launch(kind: str, row: dict[str, Any], p_best_after: float, p_best_now: flo
         "plan": str(row["plan_path"]),
         "command": shlex.join(["executor", "launch", "--plan", str(row["plan_path"]), "--steps",
                                str(SETTLE_STEPS)]),
-        # a rollout alone informs only the engine's knobs, one figure for several: fit the multiplier the odds drew
+        # a rollout or an update alone informs one component's knobs, one figure for several: fit the multiplier
+        # the odds drew
         "then": "executor export RUN --out settle.yaml; perfmodel calibrate settle.yaml "
-                + (f"--params {row['parameter'].removeprefix('stack.')} " if kind == "engine" else "")
+                + (f"--params {row['parameter'].removeprefix('stack.')} " if kind in ("engine", "update") else "")
                 + "--out cal.yaml; perfmodel sweep ... --calibration cal.yaml",
         "gpus": int(row["gpus"]),
         "expected_s": round(SETTLE_STEPS * float(row["step_time_s"]), 1),

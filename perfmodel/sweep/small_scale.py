@@ -9,11 +9,17 @@ measure what the sweep's plans share, on a fraction of the GPUs.
 - Its rollout alone on one of its engines (`one_engine_run`): one engine's share of the prompts (the load each
   engine carries in the plan), launched with Miles' `--debug-rollout-only` (no trainer), so it measures the
   engine's multiplier only, on the GPUs of one engine.
+- Its weight update between its fewest training replicas and one engine (`weight_update_run`): the same
+  model-parallel layout, mechanism and rollout precision, with a token-sized rollout and batch around it; read for
+  the weight update's multiplier only (the smaller version's update goes to fewer engines than the plan's, which
+  the model prices).
 """
 
 from __future__ import annotations
 
 import copy
+import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +101,42 @@ def one_engine_run(run: dict[str, Any]) -> dict[str, Any] | None:
     return small
 
 
+# Response tokens of the weight-update launch's rollout: a token-sized rollout, so its step is mostly the update.
+UPDATE_RESPONSE_TOKENS = 16
+
+
+def weight_update_run(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan's weight update at its smallest, as a plan: its fewest training replicas that hold the expert layout
+    (one without expert parallelism) and one engine (colocated: the engines on those GPUs), the update's mechanism,
+    bucket and rollout precision unchanged, synchronous, around a token-sized rollout (UPDATE_RESPONSE_TOKENS per
+    response) and the fewest samples that give every replica's pipeline stages whole micro-batches; None without a
+    rollout, or when those replicas' GPUs hold no whole engine."""
+    rl = run.get("rl")
+    if not rl:
+        return None
+    t, mp, engine = run["train"], _model_parallel(run), rl["rollout"]["engine_gpus"]
+    lay = t["layout"]
+    experts = lay.get("ep", 1) * lay.get("etp", 1)  # ranks an expert layout spans: whole replicas of tp x cp
+    d = experts // math.gcd(experts, lay.get("tp", 1) * lay.get("cp", 1))
+    colocated = rl["placement"] == "colocated"
+    if replicas(run) % d or (colocated and (mp * d) % engine):
+        return None
+    small = copy.deepcopy(run)
+    st, sr = small["train"], small["rl"]
+    if lay.get("dp") is not None:
+        st["layout"]["dp"] = d
+    fill = t.get("micro_batch", 1) * lay.get("pp", 1) * d  # samples: whole micro-batches on every stage
+    sr["prompts_per_step"] = fill // math.gcd(fill, rl["samples_per_prompt"])
+    st["global_batch"] = sr["prompts_per_step"] * rl["samples_per_prompt"]
+    sr["response_tokens"] = {"max": UPDATE_RESPONSE_TOKENS, "mean": UPDATE_RESPONSE_TOKENS}
+    sr["async"] = False  # nothing to overlap the update with
+    sr.pop("off_policy_steps", None)
+    sr["actor_gpus"] = mp * d
+    sr["rollout_gpus"] = mp * d if colocated else engine  # colocated: the engines that share the replicas' GPUs
+    small["gpus"] = mp * d if colocated else mp * d + engine
+    return small
+
+
 def _evaluated(run: dict[str, Any], hw: HardwareProfile, memo: Memo) -> dict[str, Any] | None:
     """The sweep's own row for `run` when the model can price it (None when pruned or invalid)."""
     from perfmodel.inputs.run import RunSpec
@@ -103,6 +145,21 @@ def _evaluated(run: dict[str, Any], hw: HardwareProfile, memo: Memo) -> dict[str
 
     row = evaluate_run(run, hw, resolve_model(RunSpec.model_validate(run), ""), memo)
     return row if row.get("status") == "ok" else None
+
+
+def _cheapest(rows: list[dict[str, Any]], by_index: dict[int, Any], hw: HardwareProfile,
+              cut: Callable[[dict[str, Any]], dict[str, Any] | None],
+              cost: Callable[[dict[str, Any], dict[str, Any]], float]) -> tuple[Any, ...] | None:
+    """(row, its plan's run, the run `cut` makes of it, the sweep's row for that) of the compared plan whose cut-down
+    run the model can price at the least `cost` (run, priced row); None when it can price none."""
+    memo, best = Memo(), None
+    for row in rows:
+        full = by_index[row["index"]].run
+        small = cut(full)
+        priced = _evaluated(small, hw, memo) if small is not None else None
+        if priced is not None and (best is None or cost(small, priced) < best[0]):
+            best = (cost(small, priced), row, full, small, priced)
+    return None if best is None else best[1:]
 
 
 def _write_settle_plan(row: dict[str, Any], run: dict[str, Any], label: str, plans_dir: Path, cal: Any,
@@ -152,21 +209,36 @@ def one_engine_version(rows: list[dict[str, Any]], by_index: dict[int, Any], hw:
 
     if (executor or {}).get("backend", "miles") != "miles":
         return None
-    memo, best = Memo(), None
-    for row in rows:
-        full = by_index[row["index"]].run
-        one = one_engine_run(full)
-        priced = _evaluated(one, hw, memo) if one is not None else None
-        if priced is not None:
-            cost = one["rl"]["rollout_gpus"] * priced["rollout_time_s"]
-            if best is None or cost < best[0]:
-                best = (cost, row, full, one, priced)
+    best = _cheapest(rows, by_index, hw, one_engine_run, lambda one, priced: one["rl"]["rollout_gpus"]
+                     * priced["rollout_time_s"])
     if best is None:
         return None
-    _, row, full, one, priced = best
+    row, full, one, priced = best
     options = dict((executor or {}).get("options") or {}) | {"debug_rollout_only": True}
     path = _write_settle_plan(priced | {"rank": row["rank"]}, one, f"{row['label']} rollout on one engine",
                               plans_dir, cal, spec_name, {"backend": "miles", "options": options})
     return {"rank": row["rank"], "label": row["label"], "engines": engines(full["rl"]),
             "gpus": one["rl"]["rollout_gpus"], "step_time_s": priced["rollout_time_s"], "plan_path": path,
             "parameter": ROLLOUT}
+
+
+def weight_update_version(rows: list[dict[str, Any]], by_index: dict[int, Any], hw: HardwareProfile, plans_dir: Path,
+                          cal: Any, spec_name: str, executor: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The compared RL plans' cheapest weight update at its smallest (`weight_update_run`; GPU-seconds of its step),
+    its plan file written (the sweep's backend: any runs a whole plan); None without RL plans or when the model can
+    price none. What the settling measurement reads: rank and label of the plan, replicas and of, gpus, step_time_s
+    (the small launch's whole step), update_s (its priced update), plan_path, parameter."""
+    from perfmodel.priors import WEIGHT_UPDATE
+
+    best = _cheapest(rows, by_index, hw, weight_update_run, lambda small, priced: small["gpus"]
+                     * priced["step_time_s"])
+    if best is None:
+        return None
+    row, full, small, priced = best
+    d = replicas(small)
+    path = _write_settle_plan(priced | {"rank": row["rank"]}, small,
+                              f"{row['label']} weight update at {d} of its replicas", plans_dir, cal, spec_name,
+                              executor)
+    return {"rank": row["rank"], "label": row["label"], "replicas": d, "of": replicas(full), "gpus": small["gpus"],
+            "step_time_s": priced["step_time_s"], "update_s": priced["weight_update_time_s"], "plan_path": path,
+            "parameter": WEIGHT_UPDATE}

@@ -163,3 +163,33 @@ def test_a_rollout_on_one_engine_is_named_when_the_engine_is_what_orders_the_pla
     train_only = settling_measurement(_rows(v, [128, 128], [now, 1 - now]), v, shared, drawn, 0.0, None,
                                       engine | {"parameter": names[0]}, thetas, names)
     assert train_only["candidates"][-1]["p_best_after"] == pytest.approx(now, abs=0.05)
+
+
+def test_a_weight_update_alone_is_named_when_the_update_is_what_orders_the_plans() -> None:
+    """A plan that waits for its weight update and one that hides it (async) trade places as the update's multiplier
+    moves; the engine's multiplier slows both alike. An update at the plan's fewest replicas reveals the order
+    at a fraction of a whole launch's GPU-seconds, so it is named, with the calibration of that multiplier alone; the
+    engine's rollout, which reveals only what the plans share, is not."""
+    rng = np.random.default_rng(5)
+    thetas = np.repeat(rng.normal(0.0, [0.3, 0.4, 0.6], size=(200, 3)), 10, axis=0)  # (train, rollout, update)
+    shared = np.column_stack([thetas[:, 1] + 0.8 * thetas[:, 2], thetas[:, 1] - 0.8 * thetas[:, 2]])
+    v, shared, drawn = _draws([100.0, 100.5], shared, 0.0, len(thetas))
+    now = float(np.mean(np.argmin(drawn, axis=1) == 0))
+    names = ("stack.train_compute_scale", "stack.rollout_compute_scale", "stack.weight_update_time_scale")
+    engine = {"rank": 1, "label": "p1", "engines": 4, "gpus": 8, "step_time_s": 60.0, "plan_path": "/p/eng.yaml",
+              "parameter": names[1]}
+    update = {"rank": 2, "label": "p2", "replicas": 1, "of": 2, "gpus": 24, "step_time_s": 20.0, "update_s": 15.0,
+              "plan_path": "/p/wu.yaml", "parameter": names[2]}
+    settle = settling_measurement(_rows(v, [128, 128], [now, 1 - now]), v, shared, drawn, 0.0, None, engine,
+                                  thetas, names, update)
+    assert settle["plan"] == "/p/wu.yaml" and settle["p_best_after"] == 1.0 and 0.3 < now < 0.7
+    by_kind = {c.get("small_scale", "plan").split(",")[0]: c for c in settle["candidates"]}
+    assert by_kind["weight update alone"]["gpu_s"] == 24 * SETTLE_STEPS * 20.0
+    assert by_kind["rollout alone on 1 of 4 engines"]["p_best_after"] == pytest.approx(now, abs=0.05)
+    said = settle["measurement"]
+    assert "weight update of plan 2 (p2) from 1 of its 2 training replicas to one engine (24 GPUs" in said
+    assert "about 15 s priced" in settle["measurement"] and settle["expected_s"] == SETTLE_STEPS * 20.0
+    assert "perfmodel calibrate settle.yaml --params weight_update_time_scale --out cal.yaml" in settle["then"]
+    without = settling_measurement(_rows(v, [128, 128], [now, 1 - now]), v, shared, drawn, 0.0, None, engine,
+                                   thetas[:, :2], names[:2], update)  # an overlay that gives the update no spread
+    assert all("weight update" not in c.get("small_scale", "") for c in without["candidates"])

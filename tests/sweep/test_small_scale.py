@@ -122,16 +122,9 @@ def test_a_sweeps_rollout_on_one_engine_is_a_miles_rollout_only_plan(tmp_path: P
     launch = build_miles_launch(plan, version["plan_path"])
     assert launch.has("--debug-rollout-only") and launch.num_nodes == 1 and launch.entry_point == "train.py"
     # the loop: its rollout measured 1.3x the price (what export writes), calibrated as the settle line says
-    case = plan.model_dump(mode="json", by_alias=True, exclude_none=True,
-                           include={"kind", "hardware", "stack", "stack_options", "gpus", "model", "train", "rl"})
-    case |= {"id": "engine-settle", "source": "test", "measured": {"rollout_time_s": 1.3 * version["step_time_s"]}}
-    (tmp_path / "settle.yaml").write_text(yaml.safe_dump(case))
-    from perfmodel.api import calibrate
-
-    cal = calibrate([tmp_path / "settle.yaml"], params=["rollout_compute_scale"], out=tmp_path / "cal.yaml")
-    assert 1.2 < cal.stack_params["rollout_compute_scale"] < 1.45
-    again = sweep(spec, out=tmp_path / "s2", top=3, workers=1, report=False, calibration=tmp_path / "cal.yaml")
-    assert again.top[0]["rollout_time_s"] > 1.2 * ranking.top[0]["rollout_time_s"]
+    fitted, again = _settle_loop(plan, spec, tmp_path, "rollout_time_s", 1.3 * version["step_time_s"],
+                                 "rollout_compute_scale")
+    assert 1.2 < fitted < 1.45 and again.top[0]["rollout_time_s"] > 1.2 * ranking.top[0]["rollout_time_s"]
     assert one_engine_version(ranking.top, by_index, hw, tmp_path, None, "s.yaml", {"backend": "local"}) is None
 
 
@@ -139,3 +132,70 @@ def _hardware_of(hw_id: str):
     from perfmodel.inputs.hardware import load_hardware
 
     return load_hardware(hw_id)
+
+
+def test_a_weight_update_alone_keeps_the_mechanism_at_the_fewest_replicas_and_one_engine():
+    from perfmodel.sweep.small_scale import UPDATE_RESPONSE_TOKENS, weight_update_run
+
+    run = _rl("disaggregated", 32, 96, 8)  # TP1 PP16, dp 2; 12 engines
+    run["rl"]["weight_update"] = {"mode": "p2p", "bucket_mb": 512}
+    run["rl"]["async"], run["rl"]["off_policy_steps"] = True, 2
+    run["rl"]["response_tokens"] = {"max": 4096, "mean": 1500}
+    one = weight_update_run(run)
+    assert one["rl"]["actor_gpus"] == 16 and one["rl"]["rollout_gpus"] == 8 and one["gpus"] == 24
+    assert one["train"]["layout"]["dp"] == 1 and one["rl"]["weight_update"] == {"mode": "p2p", "bucket_mb": 512}
+    assert not one["rl"]["async"] and "off_policy_steps" not in one["rl"]
+    assert one["rl"]["response_tokens"] == {"max": UPDATE_RESPONSE_TOKENS, "mean": UPDATE_RESPONSE_TOKENS}
+    # the fewest samples that give each of the 16 stages whole micro-batches: 2 prompts x 8 samples
+    assert one["rl"]["prompts_per_step"] == 2 and one["train"]["global_batch"] == 16
+    assert run["rl"]["async"] and run["rl"]["rollout_gpus"] == 96  # the plan itself untouched
+    co = weight_update_run(_rl("colocated", 64, 64, 8))
+    assert co["gpus"] == co["rl"]["actor_gpus"] == co["rl"]["rollout_gpus"] == 16  # the engine on the replica's GPUs
+    assert weight_update_run(_rl("colocated", 64, 64, 32)) is None  # 16 GPUs hold no 32-GPU engine
+    assert weight_update_run(_pretrain(64, 4, 2, 24)) is None
+    ep = _rl("disaggregated", 64, 16, 8)  # TP1 PP16 dp 4, EP4 x ETP1: the experts span 4 replicas
+    ep["train"]["layout"] |= {"ep": 4, "etp": 1}
+    four = weight_update_run(ep)
+    assert four["train"]["layout"]["dp"] == 4 and four["rl"]["actor_gpus"] == 64 and four["gpus"] == 72
+    assert four["train"]["global_batch"] % (16 * 4) == 0  # whole micro-batches on every stage of every replica
+    ep["train"]["layout"] |= {"ep": 8, "dp": 4}
+    assert weight_update_run(ep) is None  # 8 expert ranks need 8 of the plan's 4 replicas
+
+
+def test_a_sweeps_weight_update_alone_is_a_plan_whose_record_calibrates_the_update(tmp_path: Path, monkeypatch):
+    from perfmodel.api import sweep
+    from perfmodel.inputs.plan import load_plan
+    from perfmodel.sweep.small_scale import weight_update_version
+    from tests.sweep.test_sweep import small_spec
+
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path / "cache"))
+    spec = small_spec()
+    ranking = sweep(spec, out=tmp_path / "s", top=3, workers=1, report=False)
+    update = [c for c in ranking.settle["candidates"] if "weight update" in c.get("small_scale", "")]
+    assert len(update) == 1 and update[0]["gpu_s"] < min(c["gpu_s"] for c in ranking.settle["candidates"][:3])
+    by_index = ranking.outcome.rows.candidates
+    version = weight_update_version(ranking.top, by_index, _hardware_of(spec.hardware), tmp_path, None, "s.yaml",
+                                    None)
+    plan = load_plan(version["plan_path"])
+    assert plan.id.startswith("settle-") and plan.gpus == version["gpus"]
+    assert plan.predicted.weight_update_time_s == version["update_s"] > 0
+    assert plan.predicted.rollout_time_s < 0.1 * version["update_s"]  # a token-sized rollout around the update
+    assert version["parameter"] == "stack.weight_update_time_scale"
+    # the loop: its update measured 1.5x the price, calibrated as the settle line says, the sweep priced again
+    fitted, again = _settle_loop(plan, spec, tmp_path, "weight_update_time_s", 1.5 * version["update_s"],
+                                 "weight_update_time_scale")
+    assert 1.35 < fitted < 1.6 and again.top[0]["weight_update_time_s"] > 1.3 * ranking.top[0]["weight_update_time_s"]
+
+
+def _settle_loop(plan, spec, tmp_path: Path, metric: str, measured: float, param: str):
+    """The settling launch's record as `executor export` writes it (the plan, `metric` measured), `perfmodel
+    calibrate --params param` on it, the sweep again with the overlay: (the fitted multiplier, the new ranking)."""
+    from perfmodel.api import calibrate, sweep
+
+    case = plan.model_dump(mode="json", by_alias=True, exclude_none=True,
+                           include={"kind", "hardware", "stack", "stack_options", "gpus", "model", "train", "rl"})
+    case |= {"id": "settle", "source": "test", "measured": {metric: measured}}
+    (tmp_path / "settle.yaml").write_text(yaml.safe_dump(case))
+    cal = calibrate([tmp_path / "settle.yaml"], params=[param], out=tmp_path / "cal.yaml")
+    again = sweep(spec, out=tmp_path / "s2", top=3, workers=1, report=False, calibration=tmp_path / "cal.yaml")
+    return cal.stack_params[param], again
