@@ -42,6 +42,7 @@ def main(argv: list[str]) -> None:
     settle.settling_measurement = _timed("settle", settle.settling_measurement)
     small_scale.smallest_version = _timed("smaller", small_scale.smallest_version)
     small_scale.one_engine_version = _timed("smaller", small_scale.one_engine_version)
+    small_scale.weight_update_version = _timed("smaller", small_scale.weight_update_version)
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
         ranking = sweep(path, out=Path(d) / "s", cache=False, report=False)
