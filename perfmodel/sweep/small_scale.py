@@ -157,8 +157,9 @@ def _cheapest(rows: list[dict[str, Any]], by_index: dict[int, Any], hw: Hardware
         full = by_index[row["index"]].run
         small = cut(full)
         priced = _evaluated(small, hw, memo) if small is not None else None
-        if priced is not None and (best is None or cost(small, priced) < best[0]):
-            best = (cost(small, priced), row, full, small, priced)
+        spent = cost(small, priced) if priced is not None else math.inf
+        if spent < (best[0] if best else math.inf):
+            best = (spent, row, full, small, priced)
     return None if best is None else best[1:]
 
 
