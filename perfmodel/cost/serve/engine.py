@@ -30,6 +30,14 @@ from perfmodel.cost.dispatch import Dispatch, dispatch_s
 from perfmodel.cost.dtypes import FP8_BLOCK, FP8_BLOCK_WEIGHT_BYTES
 from perfmodel.cost.memory.rollout import engine_reserved_bytes, engine_static_bytes, rollout_memory
 from perfmodel.cost.params import params_by_role
+from perfmodel.cost.serve.decode_kernels import (
+    DSV4_DECODE_KERNELS_PER_LAYER,
+    GQA_DENSE_DECODE_KERNELS_PER_LAYER,
+    MLA_EXTRA_DECODE_KERNELS_PER_LAYER,
+    MOE_EXTRA_DECODE_KERNELS_PER_LAYER,
+    QUANTIZED_ATTENTION_INPUTS,
+    dense_gemm_calls,
+)
 from perfmodel.errors import InputError
 from perfmodel.inputs.hardware import HardwareProfile
 from perfmodel.inputs.model_spec import AttentionSpec
@@ -48,29 +56,6 @@ projection `kernel_launch_latency` 2.8 us (docs/reference/hardware.md S4), the n
 for the GEMM half-efficiency point. Cross-check:
 sgl-project/sglang issue #29960 (DSV4-Flash decode, 2 x RTX PRO 6000, TP2) reports a 12.0 ms GPU span for a graph of
 2,876 nodes whose weight reads take about 3 ms, i.e. about 3 us per node."""
-
-DSV4_DECODE_KERNELS_PER_LAYER = 67.0
-"""Kernels per decoder layer in SGLang's DSV4 decode graph: 2,876 CUDA-graph nodes for 43 layers (sglang issue
-#29960, DeepSeek-V4-Flash target-verify graph) = 66.9 per layer (mHC pre/post with Sinkhorn, compressor, indexer,
-sparse + SWA attention, MoE, shared expert, all-reduces)."""
-
-GQA_DENSE_DECODE_KERNELS_PER_LAYER = 14.0
-"""Assumption (counted, not measured): a Llama-style SGLang decode layer runs about 14 kernels: 2 RMSNorm(+residual),
-QKV GEMM, RoPE/KV store, attention, O GEMM, all-reduce, gate_up GEMM, SiLU-mul, down GEMM, all-reduce, plus a few
-small copies."""
-
-MOE_EXTRA_DECODE_KERNELS_PER_LAYER = 8.0
-"""Assumption (counted): an MoE FFN adds about 8 kernels over a dense one: router GEMM, top-k, align/sort, two grouped
-GEMMs, activation, combine/scatter, shared-expert gate."""
-
-QUANTIZED_ATTENTION_INPUTS = {"gqa": 2, "mla": 4, "dsv4": 4}
-"""Assumption (counted): the attention projections whose activations an FP8 engine quantizes with a kernel of their
-own (SGLang's per_token_group_quant_fp8 before each w8a8 block GEMM): GQA/MHA the QKV and output projections; MLA
-the q_a, q_b, kv_a and output projections (kv_b runs absorbed in BF16); DSV4 taken as MLA. A dense MLP or a shared
-expert adds 2 (gate-up, down); the routed experts' quantize is inside the grouped MoE kernel (expert_layer_s)."""
-
-MLA_EXTRA_DECODE_KERNELS_PER_LAYER = 6.0
-"""Assumption (counted): MLA adds q_a / kv_a projections, their norms, the absorbed q_b x k_b and v_b x o GEMMs."""
 
 DEFAULT_RESPONSE_SIGMA = 1.0
 """Assumption: log-space standard deviation of the response-length law when `truncated_fraction` is not given. It
@@ -310,6 +295,10 @@ class EngineCost:
         # FP8: the activations of each quantized dense linear pass through a quantize kernel first (its floor and
         # bytes: activation_quant_time_s), taken at the hidden size (the down projection's is larger: a floor)
         self.recipe = engine_recipe(ro.precision)
+        # a release measured to run its FP8 dense projection GEMMs far from their bytes: those calls' time, less the
+        # kernel floors floor_s already counts for them (decode_kernels.py dense_gemm_calls)
+        call_s = scn.stack.rollout_dense_gemm_call_s if ro.precision == "fp8" else 0.0
+        self.dense_gemm_measured_s = dense_gemm_calls(m) * max(0.0, call_s - p.kernel_floor_s) * scale
         self.quantized_inputs = sum(
             QUANTIZED_ATTENTION_INPUTS.get(layer.attention.kind, 2)
             + 2 * (layer.ffn.kind != "moe" or bool(layer.ffn.num_shared_experts)) for layer in m.layers)
@@ -400,8 +389,13 @@ class EngineCost:
     def gemm_s(self, tokens: float) -> float:
         """Dense GEMMs (weights read once) and each MoE layer's grouped expert GEMMs of one forward over `tokens`,
         with the activation quantize kernels of an FP8 forward."""
+        return self.dense_gemm_s(tokens) + self.n_moe * self.expert_layer_s(tokens) + self.quantize_s(tokens)
+
+    def dense_gemm_s(self, tokens: float) -> float:
+        """The dense GEMMs of one forward over `tokens`: their weights read once (a roofline), or the calls' measured
+        time where the stack's release states one (`rollout_dense_gemm_call_s`), whichever is longer."""
         t = roofline_s(self.dense_bytes, self.bw, tokens * self.dense_flops_per_token, self.peak_gemm)
-        return t + self.n_moe * self.expert_layer_s(tokens) + self.quantize_s(tokens)
+        return max(t, self.dense_gemm_measured_s)
 
     def quantize_s(self, tokens: float) -> float:
         """The FP8 forward's activation quantize kernels (0 in BF16), at the stack's rollout compute scale."""
@@ -475,7 +469,7 @@ class EngineCost:
 
     def step_breakdown(self, batch: int, ctx: float) -> dict[str, float]:
         """One decode step of `batch` requests all at context `ctx`, by part (seconds)."""
-        dense = roofline_s(self.dense_bytes, self.bw, batch * self.dense_flops_per_token, self.peak_gemm)
+        dense = self.dense_gemm_s(batch)
         quantize = self.quantize_s(batch)
         experts = self.gemm_s(batch) - dense - quantize
         out = {
