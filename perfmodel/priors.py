@@ -35,7 +35,7 @@ SIGMA_KEYS = (*COMPONENTS, SERVE_ROLLOUT)
 
 # Maximum-likelihood spreads from scripts/prior_sigmas.py (SIGMAS_FILE, its `sigma_log`).
 ZERO_SHOT_SIGMA_LOG: dict[str, float] = {TRAIN: 0.331, ROLLOUT: 0.414, WEIGHT_UPDATE: 0.42,
-                                         HOST: 0.446, SERVE_ROLLOUT: 0.517}
+                                         HOST: 0.446, SERVE_ROLLOUT: 0.505}
 
 
 def sigma_key(key: str, kind: str) -> str:
