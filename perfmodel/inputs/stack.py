@@ -170,11 +170,12 @@ class Stack(BaseModel):
         4.8e-5, part="rollout", fit="rl", ge=0,
         doc="host time to issue one kernel of an eager prefill forward (0: a CUDA graph or the host keeps ahead); "
             "a forward takes at least its kernels' issue time")
-    rollout_dense_gemm_call_s: float = knob(
+    rollout_rocm_dense_gemm_call_s: float = knob(
         0.0, part="rollout", ge=0,
-        doc="device time of one of the FP8 engine's dense projection GEMM calls where a release is measured to run "
-            "them far slower than their bytes (0: the roofline and the kernel floor price them); a forward's dense "
-            "GEMMs take at least their calls (`cost/serve/decode_kernels.py`) x this")
+        doc="device time of one of the FP8 engine's dense projection GEMM calls on ROCm (aiter's block-FP8 GEMM) where "
+            "a release is measured to run them far slower than their bytes (0: the roofline and the kernel floor "
+            "price them; CUDA builds run other kernels and keep it); a forward's dense GEMMs take at least their "
+            "calls (`cost/serve/decode_kernels.py`) x this")
     rollout_memory_rule: EngineMemoryRule = knob(
         "sglang", part="rollout",
         doc="how the engine sizes its KV pool (`cost/memory/rollout.py` engine_static_bytes): sglang, its "

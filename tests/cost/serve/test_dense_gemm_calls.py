@@ -1,5 +1,5 @@
 """The engine's dense projection GEMMs: a roofline over their weights, or, where a stack release states the measured
-time of one call (`rollout_dense_gemm_call_s`), at least the forward's calls x that time, with the kernel floors
+time of one call (`rollout_rocm_dense_gemm_call_s`), at least the forward's calls x that time, with the kernel floors
 the engine already counts for those calls taken out once."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_deepseek_v3_runs_the_traces_189_dense_gemm_calls(tmp_path: Path) -> Non
 
 def test_a_release_with_a_measured_call_time_prices_the_calls_less_their_floors(tmp_path: Path) -> None:
     cost = _cost(tmp_path)
-    call_s = resolve_stack("sglang@0.5.9").rollout_dense_gemm_call_s
+    call_s = resolve_stack("sglang@0.5.9").rollout_rocm_dense_gemm_call_s
     assert call_s == pytest.approx(62.9e-6)
     floor = cost.params.kernel_floor_s
     measured = 189 * (call_s - floor) * cost.compute_scale
@@ -59,10 +59,12 @@ def test_a_release_with_a_measured_call_time_prices_the_calls_less_their_floors(
     assert step["total_s"] == pytest.approx(sum(v for k, v in step.items() if k.endswith("_s") and k != "total_s"))
 
 
-def test_releases_without_a_measured_call_time_and_bf16_engines_keep_the_roofline(tmp_path: Path) -> None:
+def test_releases_without_a_measured_call_time_bf16_engines_and_cuda_keep_the_roofline(tmp_path: Path) -> None:
     later = _cost(tmp_path, stack="sglang@0.5.19")
     assert later.dense_gemm_s(4) == pytest.approx(_roofline(later, 4))
     bf16 = _cost(tmp_path, serve={"precision": "bf16", "kv_cache_dtype": "bf16"})
     assert bf16.dense_gemm_s(4) == pytest.approx(_roofline(bf16, 4))
     slower = _cost(tmp_path)
     assert slower.dense_gemm_s(4) > later.dense_gemm_s(4)
+    cuda = _cost(tmp_path, hardware="h200")  # the release's CUDA build runs DeepGEMM, not aiter's measured GEMM
+    assert cuda.dense_gemm_s(4) == pytest.approx(_roofline(cuda, 4))
