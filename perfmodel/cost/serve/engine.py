@@ -295,10 +295,8 @@ class EngineCost:
         # FP8: the activations of each quantized dense linear pass through a quantize kernel first (its floor and
         # bytes: activation_quant_time_s), taken at the hidden size (the down projection's is larger: a floor)
         self.recipe = engine_recipe(ro.precision)
-        # a release measured to run its FP8 dense projection GEMMs (aiter's, on ROCm) far from their bytes: those
-        # calls' time, less the kernel floors floor_s already counts for them (decode_kernels.py dense_gemm_calls)
-        rocm_fp8 = ro.precision == "fp8" and hw.vendor == "amd"
-        call_s = scn.stack.rollout_rocm_dense_gemm_call_s if rocm_fp8 else 0.0
+        # a release's measured ROCm FP8 dense GEMM calls (aiter's), less the floors floor_s counts for them
+        call_s = scn.stack.rollout_rocm_dense_gemm_call_s if ro.precision == "fp8" and hw.vendor == "amd" else 0.0
         self.dense_gemm_measured_s = dense_gemm_calls(m) * max(0.0, call_s - p.kernel_floor_s) * scale
         self.quantized_inputs = sum(
             QUANTIZED_ATTENTION_INPUTS.get(layer.attention.kind, 2)
