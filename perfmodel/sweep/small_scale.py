@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -148,19 +148,27 @@ def _evaluated(run: dict[str, Any], hw: HardwareProfile, memo: Memo) -> dict[str
 
 
 def _cheapest(rows: list[dict[str, Any]], by_index: dict[int, Any], hw: HardwareProfile,
-              cut: Callable[[dict[str, Any]], dict[str, Any] | None],
+              cuts: Callable[[dict[str, Any]], Iterable[dict[str, Any]]],
               cost: Callable[[dict[str, Any], dict[str, Any]], float]) -> tuple[Any, ...] | None:
-    """(row, its plan's run, the run `cut` makes of it, the sweep's row for that) of the compared plan whose cut-down
-    run the model can price at the least `cost` (run, priced row); None when it can price none."""
+    """(row, its plan's run, the cut-down run, the sweep's row for that) of the compared plan whose cut-down run
+    costs the least `cost` (run, priced row): of the runs `cuts` makes of a plan, in order, the first the model can
+    price; None when it can price none."""
     memo, best = Memo(), None
     for row in rows:
         full = by_index[row["index"]].run
-        small = cut(full)
-        priced = _evaluated(small, hw, memo) if small is not None else None
-        spent = cost(small, priced) if priced is not None else math.inf
-        if spent < (best[0] if best else math.inf):
-            best = (spent, row, full, small, priced)
+        for small in cuts(full):
+            priced = _evaluated(small, hw, memo)
+            if priced is not None:
+                spent = cost(small, priced)
+                if spent < (best[0] if best else math.inf):
+                    best = (spent, row, full, small, priced)
+                break
     return None if best is None else best[1:]
+
+
+def _alone(cut: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
+    """A cut that makes at most one run, as `_cheapest` takes it."""
+    return lambda run: [small] if (small := cut(run)) is not None else []
 
 
 def _write_settle_plan(row: dict[str, Any], run: dict[str, Any], label: str, plans_dir: Path, cal: Any,
@@ -180,19 +188,10 @@ def smallest_version(rows: list[dict[str, Any]], by_index: dict[int, Any], hw: H
     """The compared plans' cheapest version at their fewest replicas (GPU-seconds of a step), its plan file written
     (settle-<plan>.yaml); None when no plan has one the model can price. What the settling measurement reads:
     rank and label of the plan, replicas and of, gpus, step_time_s, plan_path."""
-    memo, best = Memo(), None
-    for row in rows:
-        full = by_index[row["index"]].run
-        for small in replica_runs(full):
-            priced = _evaluated(small, hw, memo)
-            if priced is not None:
-                cost = small["gpus"] * priced["step_time_s"]
-                if best is None or cost < best[0]:
-                    best = (cost, row, full, small, priced)
-                break
+    best = _cheapest(rows, by_index, hw, replica_runs, lambda small, priced: small["gpus"] * priced["step_time_s"])
     if best is None:
         return None
-    _, row, full, small, priced = best
+    row, full, small, priced = best
     d = replicas(small)
     path = _write_settle_plan(priced | {"rank": row["rank"]}, small, f"{row['label']} at {d} of its replicas",
                               plans_dir, cal, spec_name, executor)
@@ -210,7 +209,7 @@ def one_engine_version(rows: list[dict[str, Any]], by_index: dict[int, Any], hw:
 
     if (executor or {}).get("backend", "miles") != "miles":
         return None
-    best = _cheapest(rows, by_index, hw, one_engine_run, lambda one, priced: one["rl"]["rollout_gpus"]
+    best = _cheapest(rows, by_index, hw, _alone(one_engine_run), lambda one, priced: one["rl"]["rollout_gpus"]
                      * priced["rollout_time_s"])
     if best is None:
         return None
@@ -231,7 +230,7 @@ def weight_update_version(rows: list[dict[str, Any]], by_index: dict[int, Any], 
     (the small launch's whole step), update_s (its priced update), plan_path, parameter."""
     from perfmodel.priors import WEIGHT_UPDATE
 
-    best = _cheapest(rows, by_index, hw, weight_update_run, lambda small, priced: small["gpus"]
+    best = _cheapest(rows, by_index, hw, _alone(weight_update_run), lambda small, priced: small["gpus"]
                      * priced["step_time_s"])
     if best is None:
         return None
